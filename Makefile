@@ -1,0 +1,44 @@
+# MLPerf-style benchmark harness. `make demo` and `make test` each set themselves up.
+SHELL   := /bin/bash
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+# torch build: the CPU wheel on disk here; on GPU clusters e.g. TORCH="torch==2.13.0 --index-url ..."
+TORCH   ?= torch==2.13.0
+SWEEP   ?= harness/sweeps/demo.yaml
+ADDRESS ?= 127.0.0.1
+PORT    ?= 8501
+STAMP   := $(VENV)/.setup-done
+
+.PHONY: setup demo sweep run list test ingest portal perf clean
+
+setup: $(STAMP)
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q $(TORCH)
+	$(VENV)/bin/pip install -q -e ".[dev]"
+	touch $@
+
+demo: setup             ## the main job: a small CPU ablation, recorded, summarised
+	$(PY) -m harness demo
+
+sweep: setup            ## make sweep SWEEP=path/to/sweep.yaml
+	$(PY) -m harness sweep $(SWEEP)
+
+list: setup
+	$(PY) -m harness list
+
+test: setup
+	$(PY) -m pytest -q
+
+ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)
+	$(PY) -m results ingest
+
+portal: setup           ## ADDRESS=0.0.0.0 to listen beyond localhost
+	$(PY) -m streamlit run portal/app.py --server.address $(ADDRESS) --server.port $(PORT) \
+	  --server.headless true --browser.gatherUsageStats false
+
+perf: setup             ## benchmarks (not tests): figures to results/perf/perf.json
+	$(PY) -m harness.perf
+
+clean:                  ## records, store, datasets (not the venv)
+	rm -rf results/runs results/mlflow.db results/mlartifacts results/perf data test-artifacts

@@ -1,0 +1,95 @@
+"""`python -m harness ...`: a thin entry point. Few flags; everything else is `--set KEY=VALUE`
+on the one RunConfig (keys listed by `python -m harness list`).
+
+Bad input gets one line naming the problem and the valid choices, and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.config import TOGGLE_NAMES, RunConfig, UsageError, settable_keys
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints usage + error)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="harness", description="MLPerf-style benchmark harness")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run one configuration and record it")
+    r.add_argument("workload")
+    r.add_argument("--size", default="tiny")
+    r.add_argument("--mode", default="throughput", help="throughput | ttt")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. toggles.compile=true (repeatable)")
+    r.add_argument("--no-ingest", action="store_true", help="leave the record for `make ingest`")
+
+    sub.add_parser("list", help="workloads, sizes, toggles and settable keys")
+
+    s = sub.add_parser("sweep", help="run an ablation sweep file")
+    s.add_argument("file")
+    s.add_argument("--repeats", type=int, default=0, help="override the file's repeats")
+    sub.add_parser("demo", help="the CPU ablation demo (harness/sweeps/demo.yaml)")
+    return p
+
+
+def _default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cmd_run(args) -> int:
+    cfg = RunConfig(workload=args.workload, size=args.size, mode=args.mode)
+    cfg = cfg.with_overrides([f"device={_default_device()}"] if not any(
+        s.startswith("device=") for s in args.sets) else [])
+    cfg = cfg.with_overrides(args.sets)
+    from harness import runner
+    out = runner.execute(cfg)
+    if out.dir is None:  # not rank 0
+        return 0
+    print(f"{out.status}: {out.run_id} ({out.dir})" + (f": {out.reason}" if out.reason else ""))
+    if not args.no_ingest:
+        problem = runner.ingest_quietly(out.dir, runner.results_root())
+        if problem:
+            print(f"warning: MLflow store not updated ({problem}); the record is kept, run `make ingest`",
+                  file=sys.stderr)
+    if out.status in ("unsupported", "failed") and out.reason:
+        print(f"harness: {out.status}: {out.reason}", file=sys.stderr)
+    if out.status == "finished":
+        return 0
+    if out.status == "killed":
+        return 143  # 128 + SIGTERM, as a shell reports it
+    return 2 if out.status == "unsupported" or out.bad_input else 1
+
+
+def cmd_list() -> int:
+    from harness import registry
+    print("workloads:")
+    for name in registry.names():
+        wl = registry.get(name)
+        print(f"  {name:<10} sizes: {', '.join(wl.sizes)}   quality: {wl.quality_metric}")
+    print(f"toggles: {', '.join(TOGGLE_NAMES)}  (amp: off|bf16|fp16; others true|false)")
+    print(f"settable keys (--set KEY=VALUE): {', '.join(settable_keys())}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd == "run":
+            return cmd_run(args)
+        if args.cmd == "list":
+            return cmd_list()
+        from harness import sweep
+        if args.cmd == "demo":
+            return sweep.main(Path(__file__).parent / "sweeps" / "demo.yaml", repeats=0)
+        return sweep.main(Path(args.file), repeats=args.repeats)
+    except UsageError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2

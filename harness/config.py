@@ -1,0 +1,229 @@
+"""RunConfig and Toggles: the one root config object of a run.
+
+Both are frozen and validated once, at creation. Variants come from `dataclasses.replace`
+(`with_overrides` below), never from new flags. Every field is logged as an MLflow param and
+all fields except the labels (`sweep`, `repeat`) are hashed into the variant id, so two runs
+with the same variant id measured the same thing.
+
+This module must not import torch: the CLI validates input before paying for it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class UsageError(ValueError):
+    """Bad user input. The CLI prints it as one line and exits with status 2."""
+
+
+AMP_MODES = ("off", "bf16", "fp16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+RUN_MODES = ("throughput", "ttt")
+DEVICES = ("cpu", "cuda")
+TOGGLE_NAMES = ("dali", "channels_last", "cuda_graphs", "compile", "mpi_staging", "amp")
+# Fields that label a run but do not change what it measures: kept out of the variant hash.
+LABEL_FIELDS = ("sweep", "repeat")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Toggles:
+    """The optimizations the harness switches on and off. Each is read in exactly one module."""
+
+    dali: bool = False
+    """Read batches through the workload's DALI pipeline (harness/data.py)."""
+    channels_last: bool = False
+    """Model and inputs in NHWC / NDHWC memory format (harness/optimize.py)."""
+    cuda_graphs: bool = False
+    """Capture the whole training step in one CUDA graph and replay it (harness/optimize.py)."""
+    compile: bool = False
+    """torch.compile the model (harness/optimize.py); mode from RunConfig.compile_mode."""
+    mpi_staging: bool = False
+    """Stage the dataset to node-local storage with MPI before training (staging/)."""
+    amp: str = "off"
+    """Autocast precision: off, bf16 or fp16 (harness/optimize.py)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "amp":
+                if value not in AMP_MODES:
+                    raise UsageError(f"toggles.amp must be one of {', '.join(AMP_MODES)}; got {value!r}")
+            elif not isinstance(value, bool):
+                raise UsageError(f"toggles.{f.name} expects a bool (true/false); got {value!r}")
+
+    def enabled(self) -> list[str]:
+        """Names of the toggles that are on, in TOGGLE_NAMES order."""
+        return [n for n in TOGGLE_NAMES if getattr(self, n) not in (False, "off")]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    """Everything that defines one run. `python -m harness list` prints the choices."""
+
+    workload: str
+    """Registered workload name (harness/registry.py)."""
+    size: str = "tiny"
+    """Workload size; every workload has `tiny` (trains in seconds on one CPU core)."""
+    mode: str = "throughput"
+    """throughput: warm-up then `steps` timed steps; ttt: train until the quality target."""
+    device: str = "cpu"
+    """cpu or cuda. The CLI picks cuda when torch sees a GPU."""
+    steps: int = 20
+    """Timed steady-state steps (throughput) or the step cap (ttt)."""
+    warmup_steps: int = 3
+    """Untimed-for-speed steps before the timed ones; compile/capture happens here."""
+    batch_size: int = 0
+    """Global batch size in samples; 0 takes the size's default."""
+    eval_every: int = 0
+    """ttt: training steps between evaluations; 0 = once per epoch."""
+    max_seconds: float = 0.0
+    """ttt: wall-clock cap in seconds for the training phase; 0 = none."""
+    seed: int = 1
+    """Seed for weights, data order and dropout. MLPerf requires seed > 0."""
+    data_seed: int = 1234
+    """Seed of the synthetic dataset generator (same data across seeds of a ttt campaign)."""
+    compile_mode: str = "default"
+    """torch.compile mode, used when toggles.compile is on."""
+    threads: int = 0
+    """torch intra-op threads; 0 keeps torch's default (one per core)."""
+    data_dir: str = ""
+    """Dataset directory; empty = data/<workload>/<size>-d<data_seed> under the repo."""
+    toggles: Toggles = field(default_factory=Toggles)
+    sweep: str = ""
+    """Label: the sweep this run belongs to (not hashed)."""
+    repeat: int = 0
+    """Label: repeat index inside a sweep (not hashed)."""
+
+    def __post_init__(self) -> None:
+        from harness import registry  # torch-free: workload packages import torch lazily
+
+        _check_types(self)
+        wl = registry.get(self.workload)
+        if self.size not in wl.sizes:
+            raise UsageError(
+                f"unknown size {self.size!r} for {self.workload}; valid sizes: {', '.join(wl.sizes)}")
+        _choice("mode", self.mode, RUN_MODES)
+        _choice("device", self.device, DEVICES)
+        _choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        for name in ("steps",):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if self.max_seconds < 0:
+            raise UsageError(f"max_seconds must be >= 0; got {self.max_seconds}")
+        if self.seed < 1:
+            raise UsageError(f"seed must be > 0 (MLPerf rule); got {self.seed}")
+
+    # -- derived -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """Flattened `toggles.x` keys, as logged to MLflow params and accepted by --set."""
+        out: dict[str, Any] = {}
+        for k, v in self.to_dict().items():
+            if isinstance(v, dict):
+                out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
+            else:
+                out[k] = v
+        return out
+
+    def variant_hash(self) -> str:
+        """Stable 10-hex id of what this run measures (labels excluded)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in LABEL_FIELDS}
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        d = dict(d)
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise UsageError(f"unknown config key(s) {sorted(unknown)}; valid keys: {', '.join(settable_keys())}")
+        tog = d.pop("toggles", {}) or {}
+        if not isinstance(tog, dict):
+            raise UsageError(f"toggles must be a mapping; got {tog!r}")
+        bad = set(tog) - set(TOGGLE_NAMES)
+        if bad:
+            raise UsageError(f"unknown toggle(s) {sorted(bad)}; valid toggles: {', '.join(TOGGLE_NAMES)}")
+        if "workload" not in d:
+            raise UsageError("config needs a workload")
+        return cls(**d, toggles=Toggles(**tog))
+
+    def with_overrides(self, assignments: list[str]) -> "RunConfig":
+        """Apply `--set KEY=VALUE` strings (KEY as printed by `harness list`)."""
+        d = self.to_dict()
+        for a in assignments:
+            key, value = parse_assignment(a)
+            if key.startswith("toggles."):
+                d["toggles"][key.split(".", 1)[1]] = value
+            else:
+                d[key] = value
+        return RunConfig.from_dict(d)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise UsageError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(RunConfig) if f.name != "toggles"}
+_FIELD_TYPES.update({f"toggles.{f.name}": f.type for f in fields(Toggles)})
+
+
+def settable_keys() -> list[str]:
+    return [k for k in _FIELD_TYPES if k != "workload"]
+
+
+def _check_types(cfg: RunConfig) -> None:
+    for f in fields(cfg):
+        if f.name == "toggles":
+            if not isinstance(cfg.toggles, Toggles):
+                raise UsageError("toggles must be a Toggles")
+            continue
+        v = getattr(cfg, f.name)
+        ok = {"str": isinstance(v, str), "int": isinstance(v, int) and not isinstance(v, bool),
+              "float": isinstance(v, (int, float)) and not isinstance(v, bool)}[f.type]
+        if not ok:
+            raise UsageError(f"{f.name} expects {f.type}; got {v!r}")
+    if isinstance(cfg.max_seconds, int):
+        object.__setattr__(cfg, "max_seconds", float(cfg.max_seconds))
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """'toggles.compile=true' -> ('toggles.compile', True), typed by the target field."""
+    if "=" not in text:
+        raise UsageError(f"malformed --set {text!r}: expected KEY=VALUE; keys: {', '.join(settable_keys())}")
+    key, raw = (s.strip() for s in text.split("=", 1))
+    if key not in _FIELD_TYPES or key == "workload":
+        raise UsageError(f"unknown key {key!r} in --set; valid keys: {', '.join(settable_keys())}")
+    return key, parse_value(key, raw)
+
+
+def parse_value(key: str, raw: str) -> Any:
+    typ = _FIELD_TYPES[key]
+    if typ == "bool":
+        low = raw.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise UsageError(f"{key} expects a bool (true/false); got {raw!r}")
+    if typ in ("int", "float"):
+        try:
+            return int(raw) if typ == "int" else float(raw)
+        except ValueError:
+            raise UsageError(f"{key} expects {typ}; got {raw!r}") from None
+    return raw

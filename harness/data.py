@@ -1,0 +1,127 @@
+"""Datasets and loaders. The only module that reads `toggles.dali`.
+
+One sample order serves both loader paths: the harness computes the index batches (a seeded
+permutation per epoch, sharded by rank, as DistributedSampler does) and hands them to either
+the workload's PyTorch loader or its DALI pipeline, so both yield identical samples.
+A background thread prefetches batches so that loading overlaps compute.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import shutil
+import threading
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from harness.config import RunConfig
+from harness.errors import DataError
+from workloads.manifest import MANIFEST
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PREFETCH_DEPTH = 2  # batches queued ahead of the training step
+
+
+def dataset_root(cfg: RunConfig) -> Path:
+    if cfg.data_dir:
+        return Path(cfg.data_dir)
+    base = Path(os.environ.get("HARNESS_DATA", REPO_ROOT / "data"))
+    return base / cfg.workload / f"{cfg.size}-d{cfg.data_seed}"
+
+
+def ensure_dataset(workload, size, root: Path, seed: int) -> None:
+    """Generate the synthetic dataset once (under a lock; atomic rename), unless an explicit
+    data_dir already holds one. Generation time is data preparation, not part of any run."""
+    if (root / MANIFEST).exists():
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / MANIFEST).exists():
+            return
+        if root.exists():
+            raise DataError(f"{root} exists but has no {MANIFEST}: not a dataset written by this harness")
+        tmp = root.with_name(root.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        workload.write_dataset(tmp, size, seed)
+        tmp.rename(root)
+
+
+def epoch_batches(n: int, batch: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
+                  shuffle: bool = True, drop_last: bool = True) -> list[list[int]]:
+    """Index batches of one epoch for one rank: a permutation seeded by (seed, epoch), split into
+    `world` contiguous shards of equal length, each cut into batches of `batch`."""
+    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+    per_rank = n // world if drop_last else -(-n // world)
+    shard = order[rank * per_rank:(rank + 1) * per_rank].tolist()
+    stop = len(shard) - len(shard) % batch if drop_last else len(shard)
+    return [shard[i:i + batch] for i in range(0, stop, batch)]
+
+
+def train_plan(n: int, batch: int, seed: int, total_steps: int, rank: int = 0,
+               world: int = 1) -> tuple[list[list[int]], int]:
+    """(batches for `total_steps` steps across epochs, steps per epoch)."""
+    per_epoch = len(epoch_batches(n, batch, seed, 0, rank, world))
+    if per_epoch == 0:
+        raise DataError(f"dataset has {n} samples: fewer than one batch of {batch} per rank x {world}")
+    plan: list[list[int]] = []
+    epoch = 0
+    while len(plan) < total_steps:
+        plan += epoch_batches(n, batch, seed, epoch, rank, world)
+        epoch += 1
+    return plan[:total_steps], per_epoch
+
+
+def make_loader(cfg: RunConfig, workload, size, root: Path, split: str,
+                batches: Sequence[Sequence[int]], device_id: int | None) -> Iterator:
+    """The workload's DALI pipeline when toggles.dali is on, else its PyTorch loader."""
+    if cfg.toggles.dali:
+        it = workload.dali_loader(root, split, size, batches, device_id if cfg.device == "cuda" else None)
+    else:
+        it = workload.torch_loader(root, split, size, batches)
+    return Prefetcher(it, PREFETCH_DEPTH)
+
+
+class Prefetcher:
+    """Runs an iterable in a daemon thread, `depth` items ahead. Exceptions (e.g. DataError)
+    are re-raised in the consumer at the point where the failing item would have arrived."""
+
+    _END = object()
+
+    def __init__(self, iterable: Iterable, depth: int):
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, args=(iterable,), daemon=True, name="prefetch")
+        self._t.start()
+
+    def _run(self, iterable: Iterable) -> None:
+        try:
+            for item in iterable:
+                if self._stop.is_set():
+                    return
+                self._q.put(item)
+            self._q.put(self._END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer thread
+            self._q.put(e)
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self):
+        item = self._q.get()
+        if item is self._END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            while True:
+                self._q.get_nowait()
+        except queue.Empty:
+            pass

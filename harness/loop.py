@@ -1,0 +1,157 @@
+"""The training loop: warm-up, timed steady-state steps, evaluation, time-to-train.
+
+Per step it records wall time from asking for the batch to the end of the optimizer step
+(device-synced), the part of it spent waiting for data, and the loss. Warm-up steps (which
+pay torch.compile and CUDA-graph capture) are recorded with phase=warmup and never enter
+the steady-state statistics.
+
+Modes:
+  throughput  warmup_steps + steps, then one evaluation of the quality metric.
+  ttt         train until the quality target is reached (evaluated every eval_every steps,
+              default once per epoch), or until the step cap / max_seconds: MLPerf's clock
+              runs from run_start to run_stop.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness import data
+from harness.config import RunConfig
+from harness.dist import DistInfo
+from harness.mlperf_log import K
+from harness.optimize import TrainStep
+from harness.timing import now, sync
+
+
+class Diverged(RuntimeError):
+    """Loss became NaN/inf: the run fails with the step named."""
+
+
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2 ** 32)
+
+
+@torch.no_grad()
+def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_batch: int,
+             dist: DistInfo) -> float:
+    n_val = len(workload.files(root, "val"))
+    batches = data.epoch_batches(n_val, local_batch, seed=0, epoch=0, rank=dist.rank, world=dist.world,
+                                 shuffle=False, drop_last=False)
+    loader = data.make_loader(cfg, workload, size, root, "val", batches, dist.local_rank)
+    model = ts.eval_model
+    model.eval()
+    sums: dict[str, float] = {}
+    for x, y in loader:
+        x, y = ts.prepare(x, y)
+        with ts.autocast():
+            out = model(x)
+        for k, v in workload.quality_sums(out, y).items():
+            sums[k] = sums.get(k, 0.0) + v
+    return workload.quality(sums)
+
+
+def _reached(q: float, target: float, higher_is_better: bool) -> bool:
+    return q >= target if higher_is_better else q <= target
+
+
+def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
+    """Run one configuration, filling `rec` (steps, evals, info, MLLOG)."""
+    ml = rec.mllog
+    size = workload.sizes[cfg.size]
+    device = torch.device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    global_batch = cfg.batch_size or size.batch_size
+    if global_batch % dist.world:
+        raise ValueError(f"batch_size {global_batch} is not divisible by {dist.world} ranks")
+    local_batch = global_batch // dist.world
+    root = data.dataset_root(cfg)
+
+    ml.event(K.CACHE_CLEAR, False)  # page cache is not dropped (needs privileges); said so honestly
+    ml.start(K.INIT_START)
+    for key, value in (("submission_benchmark", getattr(workload, "mlperf_benchmark", workload.name)),
+                       ("submission_org", "mlperf-harness"), ("submission_division", "open"),
+                       ("submission_status", "research"), ("submission_platform", cfg.device),
+                       ("number_of_nodes", 1), ("accelerators_per_node", dist.world if cfg.device == "cuda" else 0),
+                       ("seed", cfg.seed)):
+        ml.event(key, value)
+    _seed_everything(cfg.seed)
+    n_train = len(workload.files(root, "train"))
+    n_val = len(workload.files(root, "val"))
+    total = cfg.warmup_steps + cfg.steps
+    plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, total, dist.rank, dist.world)
+    model = workload.build_model(size)
+    opt, sched = workload.build_optimizer(model, size, global_batch, steps_per_epoch)
+    ts = TrainStep(cfg, workload, model, opt, sched)
+    for key, value in workload.mlperf_hyperparameters(size, global_batch).items():
+        ml.event(key, value)
+    ml.event(K.TRAIN_SAMPLES, n_train)
+    ml.event(K.EVAL_SAMPLES, n_val)
+    rec.info.update(global_batch=global_batch, local_batch=local_batch, world=dist.world,
+                    steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val,
+                    flops_per_sample=workload.flops_per_sample(size),
+                    quality_metric=workload.quality_metric, quality_target=size.quality_target,
+                    higher_is_better=workload.higher_is_better)
+    loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
+    ml.end(K.INIT_STOP)
+
+    run_start, run_start_pc = time.time(), now()
+    ml.start(K.RUN_START)
+    rec.info["run_start_ms"] = int(run_start * 1000)
+    eval_every = cfg.eval_every or steps_per_epoch
+    status, converged, epoch, epoch_open = "aborted", False, 0, False
+    try:
+        for i in range(total):
+            if not epoch_open:
+                epoch += 1
+                ml.start(K.EPOCH_START, epoch_num=epoch)
+                epoch_open = True
+            t0 = now()
+            x, y = next(loader)
+            t1 = now()
+            loss = ts(*ts.prepare(x, y))
+            sync(device)  # device sync point: the step is finished before the clock is read
+            t2 = now()
+            loss_v = float(loss)
+            phase = "warmup" if i < cfg.warmup_steps else "steady"
+            rec.log_step(step=i, phase=phase, t=t2 - run_start_pc, step_s=t2 - t0, data_s=t1 - t0, loss=loss_v)
+            if not math.isfinite(loss_v):
+                raise Diverged(f"loss is {loss_v} at step {i}")
+            done = i + 1
+            if done % steps_per_epoch == 0:
+                ml.end(K.EPOCH_STOP, epoch_num=epoch)
+                epoch_open = False
+            if cfg.mode == "ttt" and (done % eval_every == 0 or done == total):
+                converged = _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch, done)
+                if converged or (cfg.max_seconds and time.time() - run_start > cfg.max_seconds):
+                    break
+        if epoch_open:
+            ml.end(K.EPOCH_STOP, epoch_num=epoch)
+            epoch_open = False
+        if cfg.mode == "throughput":
+            converged = _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch, total)
+            status = "success"  # throughput runs are not judged on convergence
+        else:
+            status = "success" if converged else "aborted"
+    finally:
+        loader.close()
+        run_stop = time.time()
+        ml.end(K.RUN_STOP, status=status)
+        rec.info.update(run_stop_ms=int(run_stop * 1000), train_time_s=run_stop - run_start,
+                        converged=converged, epochs=epoch)
+
+
+def _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch_num, step) -> bool:
+    t0 = time.time()
+    ml.start(K.EVAL_START, epoch_num=epoch_num)
+    q = evaluate(ts, cfg, workload, size, root, local_batch, dist)
+    ml.end(K.EVAL_STOP, epoch_num=epoch_num)
+    ml.event(getattr(workload, "mlperf_quality_key", "eval_accuracy"), q, epoch_num=epoch_num)
+    rec.log_eval(step=step, epoch=epoch_num, quality=q, eval_s=time.time() - t0)
+    return _reached(q, size.quality_target, workload.higher_is_better)

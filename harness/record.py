@@ -1,0 +1,106 @@
+"""The run record: an immutable folder per run, written by rank 0 only.
+
+results/runs/<run_id>/ holds config.json, env.json, metrics.jsonl (raw per-step samples,
+line-buffered so a kill loses at most the step in flight), mlperf.log, summary.json and
+status.json (written last, atomically). See results/schema.py for the names.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.config import RunConfig
+from harness.mlperf_log import MLLog, NullMLLog
+from results import schema, stats
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    os.replace(tmp, path)  # atomic: readers never see half a file
+
+
+def make_run_id(cfg: RunConfig) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-{stamp}-{os.getpid()}"
+
+
+class RunRecord:
+    def __init__(self, runs_root: Path, cfg: RunConfig, env: dict, run_id: str | None = None):
+        self.run_id = run_id or make_run_id(cfg)
+        self.dir = Path(runs_root) / self.run_id
+        self.dir.mkdir(parents=True, exist_ok=False)
+        self.started = time.time()
+        _write_json(self.dir / schema.CONFIG, {**cfg.to_dict(), "run_id": self.run_id,
+                                               "variant": cfg.variant_hash(),
+                                               "record_version": schema.RECORD_VERSION})
+        _write_json(self.dir / schema.ENV, env)
+        _write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started})
+        self._metrics = open(self.dir / schema.METRICS, "a", buffering=1)
+        self.mllog = MLLog(self.dir / schema.MLPERF_LOG)
+        self.steps: list[dict] = []
+        self.evals: list[dict] = []
+        self.info: dict[str, Any] = {}   # run facts the loop learns (batch, flops, times ...)
+        self.finished = False
+
+    def log_step(self, **row: Any) -> None:
+        row["kind"] = "step"
+        self.steps.append(row)
+        self._metrics.write(json.dumps(row) + "\n")
+
+    def log_eval(self, **row: Any) -> None:
+        row["kind"] = "eval"
+        self.evals.append(row)
+        self._metrics.write(json.dumps(row) + "\n")
+
+    def summary(self) -> dict[str, Any]:
+        """Figures derived from the samples so far (also for killed and failed runs)."""
+        steady = [s for s in self.steps if s["phase"] == "steady"]
+        warm = [s for s in self.steps if s["phase"] == "warmup"]
+        out: dict[str, Any] = {**self.info, "steps_done": len(self.steps), "steady_steps": len(steady)}
+        if warm:
+            out["first_step_s"] = warm[0]["step_s"]
+            out["warmup_s"] = sum(s["step_s"] for s in warm)
+        if steady:
+            out.update(stats.step_summary([s["step_s"] for s in steady]))
+            busy = sum(s["step_s"] for s in steady)
+            out["data_wait_frac"] = sum(s["data_s"] for s in steady) / busy if busy else 0.0
+            batch = self.info.get("global_batch")
+            if batch:
+                out["samples_per_s"] = batch / out["median_step_s"]
+                if self.info.get("flops_per_sample"):
+                    out["achieved_tflops"] = out["samples_per_s"] * self.info["flops_per_sample"] / 1e12
+        if self.steps:
+            out["final_loss"] = self.steps[-1]["loss"]
+        if self.evals:
+            out["quality"] = self.evals[-1]["quality"]
+        return out
+
+    def finish(self, status: str, reason: str = "") -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._metrics.close()
+        self.mllog.close()
+        _write_json(self.dir / schema.SUMMARY, self.summary())
+        _write_json(self.dir / schema.STATUS, {"status": status, "reason": reason,
+                                               "started": self.started, "ended": time.time()})
+
+
+class NullRecord:
+    """What ranks other than 0 get: same interface, writes nothing."""
+
+    def __init__(self) -> None:
+        self.mllog = NullMLLog()
+        self.info: dict[str, Any] = {}
+        self.steps: list[dict] = []
+        self.evals: list[dict] = []
+        self.dir = None
+        self.run_id = ""
+
+    def log_step(self, **row: Any) -> None: ...
+    def log_eval(self, **row: Any) -> None: ...
+    def finish(self, status: str, reason: str = "") -> None: ...

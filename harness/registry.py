@@ -1,0 +1,26 @@
+"""Workload registry. Importing a workload package must not import torch (its model and data
+code is imported lazily), so `harness list` and config validation stay fast."""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from harness.config import UsageError
+
+if TYPE_CHECKING:
+    from workloads.base import Workload
+
+# name -> package exposing WORKLOAD
+_MODULES = {
+    "cosmoflow": "workloads.cosmoflow",
+}
+
+
+def names() -> list[str]:
+    return list(_MODULES)
+
+
+def get(name: str) -> "Workload":
+    if name not in _MODULES:
+        raise UsageError(f"unknown workload {name!r}; valid workloads: {', '.join(names())}")
+    return importlib.import_module(_MODULES[name]).WORKLOAD

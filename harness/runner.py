@@ -1,0 +1,93 @@
+"""One run, start to finish: record folder, signals, final status, ingest.
+
+Status rules: finished (ran), unsupported (this machine can't run the configuration; the
+reason says why), failed (an error; data errors name the file), killed (SIGTERM/SIGINT:
+the samples so far are kept). Whatever happens, the record is finished before we return.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import dist as dist_mod
+from harness import envinfo, registry
+from harness.config import RunConfig
+from harness.errors import DataError, Killed, Unsupported
+from harness.record import NullRecord, RunRecord
+from results import schema
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def results_root() -> Path:
+    return Path(os.environ.get("HARNESS_RESULTS", REPO_ROOT / "results"))
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    dir: Path | None
+    status: str
+    reason: str
+    bad_input: bool = False  # a missing/corrupt data file: the CLI exits 2, as for bad flags
+
+
+@contextmanager
+def _signals_raise_killed():
+    """SIGTERM (scancel, Slurm time limit) and SIGINT raise Killed in the main thread, so the
+    loop unwinds through its finally blocks and the record keeps every finished step."""
+    def handler(signum, _frame):
+        raise Killed(f"killed by {signal.Signals(signum).name}")
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
+    from harness import data, loop, optimize  # torch from here on
+
+    root = root or results_root()
+    dist = dist_mod.from_env()
+    workload = registry.get(cfg.workload)
+    rec = RunRecord(root / "runs", cfg, envinfo.capture()) if dist.is_main else NullRecord()
+    status, reason, bad_input = schema.FAILED, "", False
+    with _signals_raise_killed():
+        try:
+            reason = optimize.unsupported_reason(cfg, workload) or ""
+            if reason:
+                raise Unsupported(reason)
+            size = workload.sizes[cfg.size]
+            data.ensure_dataset(workload, size, data.dataset_root(cfg), cfg.data_seed)
+            loop.train(cfg, workload, rec, dist)
+            status = schema.FINISHED
+        except Killed as e:
+            status, reason = schema.KILLED, f"{e} after {len(rec.steps)} steps"
+        except Unsupported as e:
+            status, reason = schema.UNSUPPORTED, str(e)
+        except DataError as e:
+            status, reason, bad_input = schema.FAILED, str(e), True
+        except Exception as e:  # noqa: BLE001 - any crash still leaves a record
+            status, reason = schema.FAILED, f"{type(e).__name__}: {e}".splitlines()[0]
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            rec.finish(status, reason)
+    return Outcome(rec.run_id, rec.dir, status, reason, bad_input)
+
+
+def ingest_quietly(run_dir: Path, root: Path) -> str | None:
+    """Ingest right after the run. If the store can't be reached the record stays on disk and
+    `make ingest` picks it up later; returns the problem, or None."""
+    try:
+        from results.ingest import default_tracking_uri, ingest_run
+        ingest_run(run_dir, default_tracking_uri(root))
+        return None
+    except Exception as e:  # noqa: BLE001 - the record is the source of truth
+        return f"{type(e).__name__}: {e}".splitlines()[0]

@@ -1,0 +1,200 @@
+"""Ablation sweeps: a YAML file -> configurations -> interleaved runs -> summary table.
+
+Matrix sets (any subset, in this order):
+  baseline       all toggles off
+  add_one_in     each toggle alone
+  all_on         every toggle that can run here
+  leave_one_out  all_on minus each toggle
+Repeats are interleaved (A B C ... A B C ...) so machine drift hits every configuration alike.
+Each run is its own process (clean memory, no compile cache shared between configurations);
+one failing or unsupported configuration never stops the sweep. Records are ingested at the end.
+"""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError
+
+MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
+SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base"}
+DEFAULT_REPEATS = 5
+RUN_TIMEOUT_S = 1800  # one configuration; a hung run is killed and recorded by its own handler
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    workloads: tuple[str, ...]
+    sizes: tuple[str, ...]
+    repeats: int
+    toggles: tuple[str, ...]
+    on_values: dict[str, Any]
+    matrix: tuple[str, ...]
+    base: dict[str, Any]
+
+
+def _line_of(text: str, key: str) -> int:
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(f"{key}:") or line.lstrip().startswith(f"- {key}"):
+            return n
+    return 0
+
+
+def load(path: Path) -> Sweep:
+    """Parse and validate a sweep file; every error names the file, line and key."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read sweep file {path}: {e.strerror}") from None
+    try:
+        d = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise UsageError(f"{path}: expected a mapping at the top level")
+
+    def bad(key: str, msg: str) -> UsageError:
+        return UsageError(f"{path}:{_line_of(text, key)}: {key}: {msg}")
+
+    for key in d:
+        if key not in SWEEP_KEYS:
+            raise bad(key, f"unknown key; valid keys: {', '.join(sorted(SWEEP_KEYS))}")
+    listy = {k: d.get(k) for k in ("workloads", "sizes", "toggles", "matrix")}
+    for k, v in listy.items():
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise bad(k, f"expected a list of names; got {v!r}")
+    toggles = tuple(listy["toggles"] or TOGGLE_NAMES)
+    for t in toggles:
+        if t not in TOGGLE_NAMES:
+            raise bad(t, f"unknown toggle; valid toggles: {', '.join(TOGGLE_NAMES)}")
+    matrix = tuple(listy["matrix"] or MATRIX_SETS)
+    for m in matrix:
+        if m not in MATRIX_SETS:
+            raise bad(m, f"unknown matrix set; valid sets: {', '.join(MATRIX_SETS)}")
+    repeats = d.get("repeats", DEFAULT_REPEATS)
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise bad("repeats", f"expected an integer >= 1; got {repeats!r}")
+    on_values = d.get("on_values") or {}
+    base = d.get("base") or {}
+    if not isinstance(on_values, dict) or not isinstance(base, dict):
+        raise bad("base" if not isinstance(base, dict) else "on_values", "expected a mapping")
+    sweep = Sweep(name=str(d.get("name") or path.stem), workloads=tuple(listy["workloads"] or ()),
+                  sizes=tuple(listy["sizes"] or ("tiny",)), repeats=repeats, toggles=toggles,
+                  on_values=on_values, matrix=matrix, base=base)
+    if not sweep.workloads:
+        raise bad("workloads", "at least one workload is required")
+    try:  # validate every workload/size/base key and on-value now, before anything runs
+        for wl in sweep.workloads:
+            for size in sweep.sizes:
+                base_cfg = RunConfig.from_dict({**base, "workload": wl, "size": size})
+                for t in toggles:
+                    dataclasses.replace(base_cfg.toggles, **{t: _on_value(sweep, t)})
+    except UsageError as e:
+        key = str(e).split()[2].strip("'\"") if "unknown" in str(e) else "base"
+        raise UsageError(f"{path}:{_line_of(text, key)}: {e}") from None
+    return sweep
+
+
+def _on_value(sweep: Sweep, toggle: str) -> Any:
+    return sweep.on_values.get(toggle, "bf16" if toggle == "amp" else True)
+
+
+def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tuple[str, RunConfig]]:
+    """(label, config) per matrix cell for one workload/size. Toggles that can't run here still
+    get their add-one-in cell (it records `unsupported` with the reason) but stay out of all_on."""
+    def cfg(on: list[str]) -> RunConfig:
+        tog = dataclasses.replace(Toggles(), **{t: _on_value(sweep, t) for t in on})
+        return dataclasses.replace(base_cfg, toggles=tog)
+
+    cells: list[tuple[str, RunConfig]] = []
+    all_on = [t for t in sweep.toggles if t in applicable]
+    if "baseline" in sweep.matrix:
+        cells.append(("baseline", cfg([])))
+    if "add_one_in" in sweep.matrix:
+        cells += [(f"+{t}", cfg([t])) for t in sweep.toggles]
+    if "all_on" in sweep.matrix and len(all_on) > 1:
+        cells.append(("all_on", cfg(all_on)))
+    if "leave_one_out" in sweep.matrix and len(all_on) > 2:
+        cells += [(f"all_on-{t}", cfg([x for x in all_on if x != t])) for t in all_on]
+    return cells
+
+
+def interleave(cells: list[tuple[str, RunConfig]], repeats: int) -> list[tuple[str, RunConfig]]:
+    """A B C ... A B C ...: repeat r of every cell before repeat r+1 of any."""
+    return [(label, dataclasses.replace(c, repeat=r)) for r in range(repeats) for label, c in cells]
+
+
+def plan(sweep: Sweep, device: str) -> list[tuple[str, RunConfig]]:
+    from harness import optimize, registry
+
+    runs: list[tuple[str, RunConfig]] = []
+    for wl_name in sweep.workloads:
+        wl = registry.get(wl_name)
+        for size in sweep.sizes:
+            base_cfg = RunConfig.from_dict({"device": device, **sweep.base, "workload": wl_name,
+                                            "size": size, "sweep": sweep.name})
+            applicable = {t for t in sweep.toggles if optimize.unsupported_reason(
+                dataclasses.replace(base_cfg, toggles=dataclasses.replace(
+                    Toggles(), **{t: _on_value(sweep, t)})), wl) is None}
+            runs += interleave(expand(sweep, base_cfg, applicable), sweep.repeats)
+    return runs
+
+
+def _set_args(cfg: RunConfig) -> list[str]:
+    return [a for k, v in cfg.flat().items() if k not in ("workload", "size")
+            for a in ("--set", f"{k}={v}")]
+
+
+def run_all(runs: list[tuple[str, RunConfig]]) -> list[str]:
+    """Run every configuration in its own process, with a progress bar. Returns statuses."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    statuses = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[cell]}")) as bar:
+        task = bar.add_task("sweep", total=len(runs), cell="")
+        for label, cfg in runs:
+            bar.update(task, cell=f"{cfg.workload}/{cfg.size} {label} r{cfg.repeat}")
+            cmd = [sys.executable, "-m", "harness", "run", cfg.workload, "--size", cfg.size,
+                   "--no-ingest", *_set_args(cfg)]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+                line = (p.stdout.strip().splitlines() or ["failed: no output"])[-1]
+                if p.returncode not in (0, 2):
+                    bar.console.print(f"  {label} r{cfg.repeat}: {line}  {p.stderr.strip().splitlines()[-1:]}")
+            except subprocess.TimeoutExpired:  # the child got SIGKILL: no record of its own
+                line = f"failed: timeout after {RUN_TIMEOUT_S}s"
+            statuses.append(line.split(":", 1)[0])
+            bar.advance(task)
+    return statuses
+
+
+def main(path: Path, repeats: int = 0) -> int:
+    from harness.cli import _default_device
+    from harness.runner import results_root
+    from results.ingest import default_tracking_uri, ingest_all
+    from results.report import print_sweep_summary
+
+    sweep = load(path)
+    if repeats:
+        sweep = dataclasses.replace(sweep, repeats=repeats)
+    runs = plan(sweep, _default_device())
+    print(f"sweep {sweep.name}: {len(runs) // sweep.repeats} configurations x {sweep.repeats} repeats, interleaved")
+    run_all(runs)
+    root = results_root()
+    uri = default_tracking_uri(root)
+    try:
+        res = ingest_all(root / "runs", uri)
+        print(f"ingested {len(res['added'])} new records into {uri}")
+    except Exception as e:  # noqa: BLE001 - records stay; `make ingest` retries
+        print(f"warning: could not ingest into {uri} ({e}); records kept, run `make ingest`", file=sys.stderr)
+    print_sweep_summary(root / "runs", sweep.name)
+    print("Browse the results: make portal  (then open http://127.0.0.1:8501)")
+    return 0

@@ -1,0 +1,1 @@
+"""Streamlit results portal. Reads only through `results` (pandas frames); read-only."""

@@ -1,0 +1,128 @@
+"""Map run records into MLflow. Idempotent on run_id: a record already in the store is skipped.
+
+params    = the flattened config (toggles.x keys)
+metrics   = the summary figures, plus per-step `loss` and `step_time_ms` histories
+tags      = workload, size, device, status + reason, git sha, host, Slurm job, run_id, variant
+artifacts = the whole run folder
+
+MLflow can always be rebuilt from results/runs/: the records are the source of truth.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from results import schema
+
+EXPERIMENT = "mlperf-harness"
+BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
+SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
+                   "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
+                   "quality", "final_loss", "train_time_s", "steps_done", "steady_steps")
+
+
+def default_tracking_uri(results_root: Path) -> str:
+    """MLFLOW_TRACKING_URI if set, else the embedded sqlite store next to the records."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    return uri or f"sqlite:///{Path(results_root).resolve() / 'mlflow.db'}"
+
+
+def _client(uri: str):
+    import logging
+
+    from mlflow.tracking import MlflowClient
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no alembic chatter in CLI output
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client, artifact_root: Path | None = None) -> str:
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is not None:
+        return exp.experiment_id
+    loc = None
+    if client.tracking_uri.startswith("sqlite:"):  # keep artifacts beside the db, not in ./mlruns
+        db = Path(client.tracking_uri.split("sqlite:///", 1)[1])
+        loc = (artifact_root or db.parent / "mlartifacts").resolve().as_uri()
+    try:
+        return client.create_experiment(EXPERIMENT, artifact_location=loc)
+    except Exception:  # noqa: BLE001 - another process created it first
+        return client.get_experiment_by_name(EXPERIMENT).experiment_id
+
+
+def find_run(client, exp_id: str, run_id: str):
+    hits = client.search_runs([exp_id], filter_string=f"tags.run_id = '{run_id}'", max_results=1)
+    return hits[0] if hits else None
+
+
+def _tags(rec: dict[str, Any]) -> dict[str, str]:
+    cfg, env, st = rec["config"], rec["env"], rec["status"]
+    slurm = env.get("slurm", {})
+    tags = {
+        "run_id": cfg["run_id"], "variant": cfg["variant"], "workload": cfg["workload"],
+        "size": cfg["size"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
+        "status": st["status"], "status_reason": st.get("reason", "")[:4000],
+        "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""),
+        "cpu_model": env.get("cpu_model", ""), "gpu_name": env.get("gpu_name") or "",
+        "slurm_job_id": slurm.get("SLURM_JOB_ID", ""),
+        "slurm_array_task_id": slurm.get("SLURM_ARRAY_TASK_ID", ""),
+        "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"],
+        "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
+    }
+    return {k: str(v) for k, v in tags.items()}
+
+
+def _params(cfg: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{kk}": str(vv) for kk, vv in v.items()})
+        else:
+            out[k] = str(v)
+    return out
+
+
+def ingest_run(run_dir: Path, tracking_uri: str, client=None) -> str:
+    """Ingest one finished record. Returns 'added', 'present' or 'in progress'."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    rec = schema.read_record(Path(run_dir), with_metrics=True)
+    if rec["status"]["status"] == schema.RUNNING:
+        return "in progress"
+    client = client or _client(tracking_uri)
+    exp_id = experiment_id(client)
+    if find_run(client, exp_id, rec["config"]["run_id"]) is not None:
+        return "present"
+    st = rec["status"]
+    start_ms = int(st["started"] * 1000)
+    run = client.create_run(exp_id, start_time=start_ms, tags=_tags(rec))
+    rid = run.info.run_id
+    metrics = [Metric(k, float(rec["summary"][k]), start_ms, 0) for k in SUMMARY_METRICS
+               if isinstance(rec["summary"].get(k), (int, float))]
+    for row in rec["metrics"]:
+        ts = start_ms + int(1000 * row.get("t", 0))
+        if row["kind"] == "step":
+            metrics.append(Metric("loss", row["loss"], ts, row["step"]))
+            metrics.append(Metric("step_time_ms", 1000 * row["step_s"], ts, row["step"]))
+        else:
+            metrics.append(Metric("eval_quality", row["quality"], ts, row["step"]))
+    params = [Param(k, v[:6000]) for k, v in _params(rec["config"]).items()]
+    client.log_batch(rid, params=params, tags=[RunTag("record_version", str(schema.RECORD_VERSION))])
+    for i in range(0, len(metrics), BATCH):
+        client.log_batch(rid, metrics=metrics[i:i + BATCH])
+    client.log_artifacts(rid, str(run_dir))
+    client.set_terminated(rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"),
+                          end_time=int(st.get("ended", st["started"]) * 1000))
+    return "added"
+
+
+def ingest_all(runs_root: Path, tracking_uri: str) -> dict[str, list[str]]:
+    """Ingest every record under runs_root; unreadable records are reported, not fatal."""
+    client = _client(tracking_uri)
+    out: dict[str, list[str]] = {"added": [], "present": [], "in progress": [], "broken": []}
+    for d in sorted(p for p in Path(runs_root).glob("*") if p.is_dir()):
+        try:
+            out[ingest_run(d, tracking_uri, client)].append(d.name)
+        except schema.RecordError as e:
+            out["broken"].append(f"{d.name}: {e}")
+    return out

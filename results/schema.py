@@ -1,0 +1,61 @@
+"""The run record on disk: file names, statuses and a reader. Shared by the harness (writer)
+and results/ (ingest, portal). Pure Python: no torch, no harness import."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1
+CONFIG = "config.json"      # RunConfig as a dict, plus run_id and variant
+ENV = "env.json"            # environment: versions, CPU/GPU, host, Slurm, command line
+METRICS = "metrics.jsonl"   # one JSON object per line: kind=step|eval, raw per-step samples
+MLPERF_LOG = "mlperf.log"   # :::MLLOG lines written through mlperf_logging.mllog
+SUMMARY = "summary.json"    # figures derived from metrics.jsonl at the end of the run
+STATUS = "status.json"      # {"status", "reason", "started", "ended"}; written last
+
+RUNNING = "running"
+FINISHED, FAILED, KILLED, UNSUPPORTED, FAIL_ACCURACY = (
+    "finished", "failed", "killed", "unsupported", "fail_accuracy")
+FINAL_STATUSES = (FINISHED, FAILED, KILLED, UNSUPPORTED, FAIL_ACCURACY)
+# MLflow has no 'unsupported': such runs end FINISHED and carry the real status as a tag
+MLFLOW_STATUS = {FINISHED: "FINISHED", UNSUPPORTED: "FINISHED", FAIL_ACCURACY: "FINISHED",
+                 FAILED: "FAILED", KILLED: "KILLED"}
+
+
+class RecordError(ValueError):
+    """A run folder that is missing files or holds unreadable JSON (named in the message)."""
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordError(f"{path.parent.name}: missing {path.name}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path.parent.name}: unreadable {path.name} ({e})") from None
+
+
+def read_record(run_dir: Path, *, with_metrics: bool = False) -> dict[str, Any]:
+    """The record as one dict: config, env, status, summary (empty until finished), metrics."""
+    run_dir = Path(run_dir)
+    rec = {"dir": str(run_dir), "config": _json(run_dir / CONFIG), "env": _json(run_dir / ENV),
+           "status": _json(run_dir / STATUS)}
+    rec["summary"] = _json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else {}
+    if with_metrics:
+        rec["metrics"] = read_metrics(run_dir)
+    return rec
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl lines; a torn last line (killed mid-write) is ignored."""
+    out = []
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

@@ -1,0 +1,76 @@
+"""Statistics shared by the CLI and the portal: step-time summaries, speedups with bootstrap
+confidence intervals, geomeans, verdicts. numpy only.
+
+Speedup = median(baseline step time) / median(config step time). Its 95% CI comes from a
+two-level (hierarchical) bootstrap: resample whole runs (repeats) with replacement, then steps
+within each chosen run, and recompute the ratio of pooled medians. Run-to-run variation is
+usually larger than step-to-step variation, and resampling only steps would hide it.
+Slowdowns stay < 1.0: nothing is clipped.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+N_BOOT = 2000
+CI = 0.95
+
+
+def step_summary(step_s: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(step_s, dtype=float)
+    if a.size == 0:
+        return {}
+    q10, q25, q50, q75, q90 = np.percentile(a, [10, 25, 50, 75, 90])
+    return {"median_step_s": float(q50), "mean_step_s": float(a.mean()), "p10_step_s": float(q10),
+            "p90_step_s": float(q90), "iqr_step_s": float(q75 - q25), "n_steps": int(a.size)}
+
+
+def _as_runs(runs: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    out = [np.asarray(r, dtype=float) for r in runs if len(r)]
+    if not out:
+        raise ValueError("no samples")
+    return out
+
+
+def _boot_medians(runs: list[np.ndarray], rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """n_boot bootstrap replicates of the pooled median (runs, then steps within runs)."""
+    meds = np.empty(n_boot)
+    k = len(runs)
+    for b in range(n_boot):
+        chosen = rng.integers(0, k, k) if k > 1 else np.zeros(1, dtype=int)
+        pooled = np.concatenate([runs[i][rng.integers(0, runs[i].size, runs[i].size)] for i in chosen])
+        meds[b] = np.median(pooled)
+    return meds
+
+
+def speedup(baseline: Sequence[Sequence[float]], config: Sequence[Sequence[float]],
+            n_boot: int = N_BOOT, seed: int = 0) -> dict[str, float]:
+    """Speedup of `config` over `baseline` from raw step times, grouped by run.
+    Returns point estimate, CI bounds and the bootstrap replicates' standard error."""
+    b, c = _as_runs(baseline), _as_runs(config)
+    point = float(np.median(np.concatenate(b)) / np.median(np.concatenate(c)))
+    rng = np.random.default_rng(seed)
+    ratios = _boot_medians(b, rng, n_boot) / _boot_medians(c, rng, n_boot)
+    lo, hi = np.quantile(ratios, [(1 - CI) / 2, (1 + CI) / 2])
+    return {"speedup": point, "ci_lo": float(lo), "ci_hi": float(hi), "replicates": ratios}
+
+
+def geomean_speedup(pairs: Sequence[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]],
+                    n_boot: int = N_BOOT, seed: int = 0) -> dict[str, float]:
+    """Geometric mean of per-workload speedups, CI from the per-workload bootstrap replicates
+    combined replicate by replicate (workloads are independent)."""
+    results = [speedup(b, c, n_boot=n_boot, seed=seed + i) for i, (b, c) in enumerate(pairs)]
+    point = float(np.exp(np.mean([np.log(r["speedup"]) for r in results])))
+    reps = np.exp(np.mean([np.log(r["replicates"]) for r in results], axis=0))
+    lo, hi = np.quantile(reps, [(1 - CI) / 2, (1 + CI) / 2])
+    return {"speedup": point, "ci_lo": float(lo), "ci_hi": float(hi), "n": len(results)}
+
+
+def verdict(ci_lo: float, ci_hi: float) -> str:
+    """For a ratio where > 1 means faster: a plain word, 'within noise' when the CI holds 1."""
+    if ci_lo > 1.0:
+        return "faster"
+    if ci_hi < 1.0:
+        return "slower"
+    return "within noise"

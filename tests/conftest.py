@@ -1,0 +1,35 @@
+"""Shared fixtures: every test writes records, stores and datasets under temp dirs, never the
+repo's results/ or data/. The tiny datasets are generated once per session."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture
+def env(tmp_path, data_root) -> dict[str, str]:
+    e = dict(os.environ)
+    e.pop("MLFLOW_TRACKING_URI", None)
+    e.update(HARNESS_RESULTS=str(tmp_path / "results"), HARNESS_DATA=str(data_root),
+             PYTHONPATH=str(REPO), OMP_NUM_THREADS=e.get("OMP_NUM_THREADS", "2"))
+    return e
+
+
+def harness(env: dict[str, str], *args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def run_dirs(env: dict[str, str]) -> list[Path]:
+    return sorted((Path(env["HARNESS_RESULTS"]) / "runs").glob("*"))

@@ -1,0 +1,1 @@
+"""Workload packages. Each exposes WORKLOAD implementing workloads.base.Workload."""

@@ -1,0 +1,70 @@
+"""The Workload protocol: what a workload supplies. No behaviour lives here; the harness owns
+the loop and applies every toggle outside the (single-device) model code.
+
+A workload package's `__init__.py` exposes `WORKLOAD` and must not import torch at import
+time; model and data code are imported inside the methods.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+
+class Size(Protocol):
+    """Per-size facts every workload size carries (workloads add their own fields)."""
+
+    name: str
+    batch_size: int          # default global batch size (samples)
+    n_train: int             # synthetic training samples written to disk
+    n_val: int               # synthetic validation samples
+    quality_target: float    # documented target for this size (MLPerf's at full size)
+
+
+class Workload(Protocol):
+    name: str
+    sizes: Mapping[str, Size]
+    quality_metric: str            # e.g. "mae"; the key `quality()` returns
+    higher_is_better: bool         # False for MAE / loss, True for IoU
+    channels_last_dims: int | None  # 4 (NHWC), 5 (NDHWC) or None when channels_last doesn't apply
+    unsupported_toggles: Mapping[str, str]  # toggle -> reason this workload can't do it
+
+    def build_model(self, size: Size) -> "nn.Module": ...
+
+    def build_optimizer(self, model: "nn.Module", size: Size, global_batch: int,
+                        steps_per_epoch: int) -> tuple[Any, Any]:
+        """(optimizer, per-step LR scheduler) as the reference recipe."""
+
+    def write_dataset(self, root: Path, size: Size, seed: int) -> None:
+        """Write learnable synthetic data in the real on-disk format under root/{train,val}."""
+
+    def files(self, root: Path, split: str) -> Sequence[Path]:
+        """The per-sample files of a split, sorted (the index space of the sample order)."""
+
+    def torch_loader(self, root: Path, split: str, size: Size,
+                     batches: Iterable[Sequence[int]]) -> Iterable[tuple["torch.Tensor", "torch.Tensor"]]:
+        """Yield (inputs, targets) CPU batches for the given index batches, in order."""
+
+    def dali_loader(self, root: Path, split: str, size: Size, batches: Sequence[Sequence[int]],
+                    device_id: int | None) -> Iterable[tuple["torch.Tensor", "torch.Tensor"]]:
+        """Same samples as torch_loader, read by a DALI pipeline (CPU-only when device_id is None)."""
+
+    def to_model_input(self, x: "torch.Tensor") -> "torch.Tensor":
+        """A zero-copy view from the loader's layout to the model's logical layout (e.g. NDHWC -> NCDHW)."""
+
+    def loss(self, output: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor": ...
+
+    def quality_sums(self, output: "torch.Tensor", target: "torch.Tensor") -> dict[str, float]:
+        """Additive statistics of one eval batch (e.g. {'abs_err': .., 'count': ..})."""
+
+    def quality(self, sums: Mapping[str, float]) -> float:
+        """The quality metric from summed (and, multi-rank, all-reduced) statistics."""
+
+    def flops_per_sample(self, size: Size) -> float:
+        """Training FLOPs (forward + backward) per sample; formula documented and tested."""
+
+    def mlperf_hyperparameters(self, size: Size, global_batch: int) -> dict[str, Any]:
+        """MLLOG hyperparameter keys -> values (mlperf_hpc.md §2.3)."""

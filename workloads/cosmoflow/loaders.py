@@ -1,0 +1,87 @@
+"""CosmoFlow loaders. Both read the generator's files in the order the harness gives
+(index batches), apply log1p, and yield identical float32 N,D,H,W,C batches."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from harness.errors import DataError
+from workloads.cosmoflow.spec import CosmoFlowSize
+from workloads.npy_io import read_npy_into
+
+
+def data_files(root: Path, split: str) -> list[Path]:
+    files = sorted((root / split).glob("data-*.npy"))
+    if not files:
+        raise DataError(f"no data files in {root / split} (expected data-*.npy)")
+    return files
+
+
+def _label_file(p: Path) -> Path:
+    return p.with_name("label-" + p.name[len("data-"):])
+
+
+class _BatchReader(torch.utils.data.Dataset):
+    """Indexed by a whole batch of sample indices: reads every file straight into one
+    preallocated int16 batch buffer, then log1p into the float32 output (two passes total)."""
+
+    def __init__(self, files: list[Path], size: CosmoFlowSize):
+        self.files, self.size = files, size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, idx: Sequence[int]):
+        shape = self.size.input_shape
+        raw = np.empty((len(idx), *shape), np.int16)
+        y = np.empty((len(idx), self.size.n_targets), np.float32)
+        for j, i in enumerate(idx):
+            read_npy_into(self.files[i], raw[j])
+            read_npy_into(_label_file(self.files[i]), y[j])
+        x = torch.empty(raw.shape, dtype=torch.float32)
+        np.log1p(raw, out=x.numpy(), dtype=np.float32)
+        return x, torch.from_numpy(y)
+
+
+def torch_loader(root: Path, split: str, size: CosmoFlowSize, batches: Iterable[Sequence[int]]):
+    # batch_size=None: the sampler yields whole index batches, the dataset reads one batch per call
+    return torch.utils.data.DataLoader(_BatchReader(data_files(root, split), size),
+                                       sampler=batches, batch_size=None, num_workers=0)
+
+
+def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[Sequence[int]],
+                device_id: int | None):
+    """fn.readers.numpy over the exact file sequence of `batches` (no reader-side shuffle, so
+    the order matches the torch path); CPU-only pipeline when device_id is None."""
+    from nvidia.dali import fn, math as dmath, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    files = data_files(root, split)
+    seq = [files[i] for b in batches for i in b]
+    if not seq:
+        return iter(())
+    batch_size = max(len(b) for b in batches)
+
+    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=device_id, prefetch_queue_depth=2,
+                  exec_dynamic=True)
+    def pipe():
+        x = fn.readers.numpy(files=[str(p) for p in seq], name="data", random_shuffle=False,
+                             pad_last_batch=True, dont_use_mmap=False)
+        y = fn.readers.numpy(files=[str(_label_file(p)) for p in seq], random_shuffle=False,
+                             pad_last_batch=True)
+        if device_id is not None:
+            x, y = x.gpu(), y.gpu()
+        x = fn.cast(x, dtype=types.FLOAT)
+        return dmath.log(x + 1.0), y      # log1p, as the reference's apply_log
+
+    p = pipe()
+    try:
+        p.build()
+    except RuntimeError as e:
+        raise DataError(f"DALI could not open {split} data under {root}: {str(e).splitlines()[0]}") from None
+    it = DALIGenericIterator([p], ["x", "y"], reader_name="data",
+                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
+    return ((b[0]["x"], b[0]["y"]) for b in it)

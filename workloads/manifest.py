@@ -1,0 +1,34 @@
+"""Dataset manifest: size and checksum of every file, written with the dataset, so staging
+(staging/) and loaders can verify copies. crc32 via zlib (fast, streaming)."""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+CHUNK = 1 << 20  # bytes per read
+
+
+def checksum(path: Path) -> str:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return f"crc32:{crc:08x}"
+
+
+def write_manifest(root: Path) -> dict:
+    files = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != MANIFEST and not p.name.startswith("."):
+            files[str(p.relative_to(root))] = {"bytes": p.stat().st_size, "checksum": checksum(p)}
+    manifest = {"version": 1, "files": files}
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(root / MANIFEST)
+    return manifest
+
+
+def read_manifest(root: Path) -> dict:
+    return json.loads((root / MANIFEST).read_text())
