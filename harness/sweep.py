@@ -12,6 +12,7 @@ one failing or unsupported configuration never stops the sweep. Records are inge
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ class Sweep:
 
 
 def _line_of(text: str, key: str) -> int:
+    """1-based line where `key` first appears as a whole word (block or flow YAML style)."""
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(key)}(?![\w.-])")
     for n, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith(f"{key}:") or line.lstrip().startswith(f"- {key}"):
+        if pattern.search(line.split("#", 1)[0]):
             return n
     return 0
 
@@ -90,15 +93,28 @@ def load(path: Path) -> Sweep:
                   on_values=on_values, matrix=matrix, base=base)
     if not sweep.workloads:
         raise bad("workloads", "at least one workload is required")
-    try:  # validate every workload/size/base key and on-value now, before anything runs
-        for wl in sweep.workloads:
-            for size in sweep.sizes:
-                base_cfg = RunConfig.from_dict({**base, "workload": wl, "size": size})
-                for t in toggles:
-                    dataclasses.replace(base_cfg.toggles, **{t: _on_value(sweep, t)})
-    except UsageError as e:
-        key = str(e).split()[2].strip("'\"") if "unknown" in str(e) else "base"
-        raise UsageError(f"{path}:{_line_of(text, key)}: {e}") from None
+    from harness import registry
+    for wl in sweep.workloads:
+        try:
+            sizes = registry.get(wl).sizes
+        except UsageError as e:
+            raise bad("workloads", str(e)) from None
+        for size in sweep.sizes:
+            if size not in sizes:
+                raise bad("sizes", f"unknown size {size!r} for {wl}; valid sizes: {', '.join(sizes)}")
+    probe = {"workload": sweep.workloads[0], "size": sweep.sizes[0]}
+    for key, value in base.items():  # one key at a time, so the error names the line
+        items = value.items() if key == "toggles" and isinstance(value, dict) else [(None, value)]
+        for sub, v in items:
+            try:
+                RunConfig.from_dict({**probe, key: {sub: v} if sub else v})
+            except (UsageError, TypeError) as e:
+                raise bad(sub or key, str(e)) from None
+    for t in toggles:
+        try:
+            dataclasses.replace(Toggles(), **{t: _on_value(sweep, t)})
+        except UsageError as e:
+            raise bad("on_values", str(e)) from None
     return sweep
 
 

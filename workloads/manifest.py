@@ -32,3 +32,14 @@ def write_manifest(root: Path) -> dict:
 
 def read_manifest(root: Path) -> dict:
     return json.loads((root / MANIFEST).read_text())
+
+
+def listed_files(root: Path, split: str, prefix: str) -> list[Path] | None:
+    """The split's files named prefix* as the manifest lists them (sorted), or None without a
+    manifest. Loaders index this list, so a file that disappears is reported as missing
+    instead of silently shifting every later index."""
+    path = root / MANIFEST
+    if not path.exists():
+        return None
+    start = f"{split}/{prefix}"
+    return [root / name for name in sorted(read_manifest(root)["files"]) if name.startswith(start)]

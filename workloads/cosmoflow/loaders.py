@@ -10,11 +10,14 @@ import torch
 
 from harness.errors import DataError
 from workloads.cosmoflow.spec import CosmoFlowSize
+from workloads.manifest import listed_files
 from workloads.npy_io import read_npy_into
 
 
 def data_files(root: Path, split: str) -> list[Path]:
-    files = sorted((root / split).glob("data-*.npy"))
+    files = listed_files(root, split, "data-")
+    if files is None:  # a dataset without manifest (e.g. converted real data): what is there
+        files = sorted((root / split).glob("data-*.npy"))
     if not files:
         raise DataError(f"no data files in {root / split} (expected data-*.npy)")
     return files

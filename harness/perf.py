@@ -1,0 +1,106 @@
+"""`make perf`: benchmarks, not tests. Figures go to results/perf/perf.json (and stdout).
+
+harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
+TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
+model, data files and sample order, in one process, interleaved in blocks (H B H B ...) so
+drift hits both alike. Target: ratio of medians <= 1.01.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from harness import data, envinfo, loop, registry
+from harness.config import RunConfig
+from harness.dist import DistInfo
+from harness.record import RunRecord
+from harness.timing import now
+from results import stats
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bare_block(cfg: RunConfig, wl, size, root: Path, warmup: int, steps: int) -> list[float]:
+    """What a person would write by hand: np.load each file, stack, log1p, step."""
+    torch.manual_seed(cfg.seed)
+    model = wl.build_model(size)
+    files = wl.files(root, "train")
+    plan, per_epoch = data.train_plan(len(files), size.batch_size, cfg.seed, warmup + steps)
+    opt, sched = wl.build_optimizer(model, size, size.batch_size, per_epoch)
+    model.train()
+    out = []
+    for i, idx in enumerate(plan):
+        t0 = now()
+        raw = np.stack([np.load(files[j]) for j in idx])
+        x = torch.from_numpy(np.log1p(raw, dtype=np.float32)).permute(0, 4, 1, 2, 3).contiguous()
+        y = torch.from_numpy(np.stack([np.load(files[j].with_name("label-" + files[j].name[5:])) for j in idx]))
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        float(loss)  # the same host sync the harness does per step
+        if i >= warmup:
+            out.append(now() - t0)
+    return out
+
+
+def _harness_block(cfg: RunConfig, wl, tmp: Path) -> list[float]:
+    rec = RunRecord(tmp, cfg, envinfo.capture())
+    loop.train(cfg, wl, rec, DistInfo())
+    rec.finish("finished")
+    return [s["step_s"] for s in rec.steps if s["phase"] == "steady"]
+
+
+def harness_overhead(workload: str = "cosmoflow", size_name: str = "tiny", blocks: int = 5,
+                     steps: int = 30, warmup: int = 3) -> dict:
+    wl = registry.get(workload)
+    size = wl.sizes[size_name]
+    cfg = RunConfig(workload=workload, size=size_name, steps=steps, warmup_steps=warmup)
+    root = data.dataset_root(cfg)
+    data.ensure_dataset(wl, size, root, cfg.data_seed)
+    h_runs, b_runs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(blocks):
+            h_runs.append(_harness_block(cfg, wl, Path(tmp)))
+            b_runs.append(_bare_block(cfg, wl, size, root, warmup, steps))
+    s = stats.speedup(b_runs, h_runs)  # bare/harness time ratio; overhead ratio is its inverse
+    h_med = float(np.median(np.concatenate(h_runs)))
+    b_med = float(np.median(np.concatenate(b_runs)))
+    return {"workload": workload, "size": size_name, "blocks": blocks, "steps_per_block": steps,
+            "harness_median_ms": 1000 * h_med, "bare_median_ms": 1000 * b_med,
+            "ratio_harness_over_bare": h_med / b_med,
+            "ratio_ci95": [1 / s["ci_hi"], 1 / s["ci_lo"]], "target": "<= 1.01",
+            "meets_target": h_med / b_med <= 1.01, "torch_threads": torch.get_num_threads()}
+
+
+BENCHMARKS = {"harness_overhead": harness_overhead}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="harness.perf")
+    p.add_argument("--only", choices=list(BENCHMARKS), action="append")
+    p.add_argument("--out", default=str(REPO_ROOT / "results" / "perf" / "perf.json"))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figures = json.loads(out.read_text()) if out.exists() else {}
+    for name in args.only or BENCHMARKS:
+        t0 = time.time()
+        figures[name] = {**BENCHMARKS[name](), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                         "wall_s": round(time.time() - t0, 1), "host_cpu": envinfo._cpu_model()}
+        print(name, json.dumps(figures[name], indent=1))
+        out.write_text(json.dumps(figures, indent=1))
+    print(f"figures written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Sample order, the two loader paths, and bad data files named in one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness import data, registry
+from harness.config import RunConfig
+from harness.errors import DataError
+from tests.conftest import harness, run_dirs
+
+
+@pytest.fixture(scope="module")
+def tiny_root(data_root) -> Path:
+    cfg = RunConfig(workload="cosmoflow")
+    wl = registry.get("cosmoflow")
+    root = data_root / "cosmoflow" / f"tiny-d{cfg.data_seed}"
+    data.ensure_dataset(wl, wl.sizes["tiny"], root, cfg.data_seed)
+    return root
+
+
+def test_epoch_batches_shard_disjointly_and_cover():
+    shards = [data.epoch_batches(100, 8, seed=3, epoch=0, rank=r, world=4) for r in range(4)]
+    flat = [i for s in shards for b in s for i in b]
+    assert len(flat) == len(set(flat)) == 4 * 24  # 25 per rank, 3 full batches of 8
+    assert all(len(b) == 8 for s in shards for b in s)
+    assert data.epoch_batches(100, 8, 3, 0) == data.epoch_batches(100, 8, 3, 0)
+    assert data.epoch_batches(100, 8, 3, 0) != data.epoch_batches(100, 8, 3, 1)
+    val = data.epoch_batches(10, 4, 0, 0, shuffle=False, drop_last=False)
+    assert val == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_train_plan_spans_epochs():
+    plan, per_epoch = data.train_plan(20, 8, seed=1, total_steps=5)
+    assert per_epoch == 2 and len(plan) == 5
+    assert plan[:2] == data.epoch_batches(20, 8, 1, 0) and plan[2:4] == data.epoch_batches(20, 8, 1, 1)
+
+
+def test_torch_and_dali_loaders_yield_identical_samples(tiny_root):
+    wl = registry.get("cosmoflow")
+    size = wl.sizes["tiny"]
+    batches = data.epoch_batches(len(wl.files(tiny_root, "val")), 8, 0, 0, shuffle=True, drop_last=False)[:5]
+    batches.append([3, 1])  # a partial last batch
+    got_t = list(wl.torch_loader(tiny_root, "val", size, batches))
+    got_d = list(wl.dali_loader(tiny_root, "val", size, batches, device_id=None))
+    assert len(got_t) == len(got_d) == len(batches)
+    for (xt, yt), (xd, yd), idx in zip(got_t, got_d, batches):
+        assert xt.shape == (len(idx), 32, 32, 32, 4) and xt.dtype == torch.float32
+        torch.testing.assert_close(xd, xt, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(yd, yt, rtol=0, atol=0)
+        raw = np.load(tiny_root / "val" / f"data-{idx[0]:06d}.npy")
+        torch.testing.assert_close(xt[0], torch.from_numpy(np.log1p(raw.astype(np.float32))))
+
+
+def _copy_dataset(src: Path, dst: Path) -> Path:
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("damage, fragment", [
+    (lambda p: p.write_bytes(p.read_bytes()[:1000]), "truncated data file"),
+    (lambda p: np.save(p, np.zeros((32, 32, 32, 4), np.float32)), "wrong array in"),
+    (lambda p: p.write_bytes(b"not a numpy file at all" * 10), "corrupt .npy file"),
+    (lambda p: p.unlink(), "cannot open data file"),
+])
+def test_bad_files_are_named(tiny_root, tmp_path, damage, fragment):
+    root = _copy_dataset(tiny_root, tmp_path / "ds")
+    victim = root / "train" / "data-000005.npy"
+    wl = registry.get("cosmoflow")
+    files = wl.files(root, "train")  # listed before the damage, as a run lists them at init
+    damage(victim)
+    loader = wl.torch_loader(root, "train", wl.sizes["tiny"], [[4, 5, 6]])
+    with pytest.raises(DataError) as e:
+        list(loader)
+    assert fragment in str(e.value) and "data-000005.npy" in str(e.value)
+    assert files
+
+
+def test_run_with_corrupt_file_fails_with_reason_and_exit_2(env, tiny_root, tmp_path):
+    root = _copy_dataset(tiny_root, tmp_path / "ds")
+    for p in (root / "train").glob("data-*.npy"):
+        p.write_bytes(p.read_bytes()[:200])
+    p = harness(env, "run", "cosmoflow", "--no-ingest", "--set", f"data_dir={root}", "--set", "steps=2")
+    assert p.returncode == 2
+    last = p.stderr.strip().splitlines()[-1]
+    assert "truncated data file" in last and str(root / "train") in last
+    (d,) = run_dirs(env)
+    st = json.loads((d / "status.json").read_text())
+    assert st["status"] == "failed" and "truncated data file" in st["reason"]

@@ -1,0 +1,95 @@
+"""Sweep files: validation (file, line and key named), matrix expansion, interleaving, and a
+small real sweep where an unsupported configuration does not stop the others."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from harness import sweep
+from harness.config import RunConfig, UsageError
+from tests.conftest import harness, run_dirs
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "s.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_expansion_sets_and_labels(tmp_path):
+    s = sweep.load(_write(tmp_path, """
+        workloads: [cosmoflow]
+        toggles: [channels_last, compile, amp, cuda_graphs]
+    """))
+    base = RunConfig(workload="cosmoflow")
+    cells = sweep.expand(s, base, applicable={"channels_last", "compile", "amp"})
+    labels = [label for label, _ in cells]
+    assert labels == ["baseline", "+channels_last", "+compile", "+amp", "+cuda_graphs", "all_on",
+                      "all_on-channels_last", "all_on-compile", "all_on-amp"]
+    by = dict(cells)
+    assert by["baseline"].toggles.enabled() == []
+    assert by["+amp"].toggles.amp == "bf16"  # default on-value for amp
+    assert by["all_on"].toggles.enabled() == ["channels_last", "compile", "amp"]  # cuda_graphs can't run here
+    assert by["all_on-compile"].toggles.enabled() == ["channels_last", "amp"]
+
+
+def test_interleaving_is_round_robin():
+    base = RunConfig(workload="cosmoflow")
+    cells = [("A", base), ("B", base), ("C", base)]
+    order = [(label, c.repeat) for label, c in sweep.interleave(cells, 3)]
+    assert order == [("A", 0), ("B", 0), ("C", 0), ("A", 1), ("B", 1), ("C", 1), ("A", 2), ("B", 2), ("C", 2)]
+
+
+def test_default_repeats_at_least_five(tmp_path):
+    assert sweep.load(_write(tmp_path, "workloads: [cosmoflow]\n")).repeats >= 5
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("workloads: [cosmoflow]\nrepeat: 3\n", "s.yaml:2: repeat: unknown key"),
+    ("workloads: [cosmoflow]\ntoggles: [nhwc]\n", "nhwc: unknown toggle; valid toggles: dali, channels_last"),
+    ("workloads: [bert]\n", "unknown workload 'bert'; valid workloads: cosmoflow"),
+    ("workloads: [cosmoflow]\nrepeats: two\n", "s.yaml:2: repeats: expected an integer >= 1"),
+    ("workloads: [cosmoflow]\nbase:\n  stepz: 3\n", "s.yaml:3: stepz: unknown config key(s) ['stepz']"),
+    ("workloads: [cosmoflow]\nbase:\n  toggles: {compile: sure}\n", "s.yaml:3: compile: toggles.compile expects a bool"),
+    ("workloads: [cosmoflow]\non_values: {amp: fp8}\n", "s.yaml:2: on_values: toggles.amp must be one of"),
+    ("workloads: [cosmoflow]\nbase:\n  steps: many\n", "s.yaml:3: steps: steps expects int"),
+    ("workloads: [cosmoflow]\nmatrix: [everything]\n", "everything: unknown matrix set"),
+    ("workloads: [cosmoflow\n", "not valid YAML"),
+])
+def test_bad_sweep_files_name_line_and_key(tmp_path, text, fragment):
+    with pytest.raises(UsageError) as e:
+        sweep.load(_write(tmp_path, text))
+    assert fragment in str(e.value)
+
+
+def test_bad_sweep_file_cli_exit_2_before_running(env, tmp_path):
+    p = harness(env, "sweep", str(_write(tmp_path, "workloads: [cosmoflow]\ntoggles: [warp]\n")), timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "warp" in p.stderr
+    assert not run_dirs(env)
+
+
+def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
+    f = _write(tmp_path, """
+        name: t
+        workloads: [cosmoflow]
+        repeats: 2
+        matrix: [baseline, add_one_in]
+        toggles: [channels_last, cuda_graphs]
+        base: {steps: 3, warmup_steps: 1}
+    """)
+    p = harness(env, "sweep", str(f), timeout=900)
+    assert p.returncode == 0, p.stderr
+    statuses = {}
+    for d in run_dirs(env):
+        cfg = json.loads((d / "config.json").read_text())
+        st = json.loads((d / "status.json").read_text())["status"]
+        statuses.setdefault(tuple(cfg["toggles"][t] for t in ("channels_last", "cuda_graphs")), []).append(
+            (cfg["repeat"], st))
+    assert sorted(statuses[(False, False)]) == [(0, "finished"), (1, "finished")]
+    assert sorted(statuses[(True, False)]) == [(0, "finished"), (1, "finished")]
+    assert sorted(statuses[(False, True)]) == [(0, "unsupported"), (1, "unsupported")]
+    assert "ingested 6 new records" in p.stdout
+    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline"):
+        assert text in p.stdout
