@@ -46,7 +46,7 @@ def _bare_block(cfg: RunConfig, wl, size, root: Path, warmup: int, steps: int) -
         loss.backward()
         opt.step()
         sched.step()
-        float(loss)  # the same host sync the harness does per step
+        float(loss.detach())  # the same host sync the harness does per step
         if i >= warmup:
             out.append(now() - t0)
     return out
@@ -59,7 +59,7 @@ def _harness_block(cfg: RunConfig, wl, tmp: Path) -> list[float]:
     return [s["step_s"] for s in rec.steps if s["phase"] == "steady"]
 
 
-def harness_overhead(workload: str = "cosmoflow", size_name: str = "tiny", blocks: int = 5,
+def harness_overhead(workload: str = "cosmoflow", size_name: str = "tiny", blocks: int = 10,
                      steps: int = 30, warmup: int = 3) -> dict:
     wl = registry.get(workload)
     size = wl.sizes[size_name]
