@@ -1,5 +1,8 @@
 # MLPerf-style benchmark harness. `make demo` and `make test` each set themselves up.
 SHELL   := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+# this machine's pip config names local index folders that may not exist: drop that noise only
+QUIET_PIP := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 # torch build: the CPU wheel on disk here; on GPU clusters e.g. TORCH="torch==2.13.0 --index-url ..."
@@ -9,13 +12,13 @@ ADDRESS ?= 127.0.0.1
 PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
-.PHONY: setup demo sweep run list test ingest portal perf clean
+.PHONY: setup demo sweep rerun-failed run list test ingest portal perf gpu-check clean
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q $(TORCH)
-	$(VENV)/bin/pip install -q -e ".[dev]"
+	$(VENV)/bin/pip install -q $(TORCH) $(QUIET_PIP)
+	$(VENV)/bin/pip install -q -e ".[dev]" $(QUIET_PIP)
 	touch $@
 
 demo: setup             ## the main job: a small CPU ablation, recorded, summarised
@@ -23,6 +26,9 @@ demo: setup             ## the main job: a small CPU ablation, recorded, summari
 
 sweep: setup            ## make sweep SWEEP=path/to/sweep.yaml
 	$(PY) -m harness sweep $(SWEEP)
+
+rerun-failed: setup     ## rerun only the failed/killed/missing cells of the latest SWEEP run
+	$(PY) -m harness sweep $(SWEEP) --rerun-failed
 
 list: setup
 	$(PY) -m harness list
@@ -36,6 +42,9 @@ ingest: setup           ## records not yet in MLflow (e.g. the store was unreach
 portal: setup           ## ADDRESS=0.0.0.0 to listen beyond localhost
 	$(PY) -m streamlit run portal/app.py --server.address $(ADDRESS) --server.port $(PORT) \
 	  --server.headless true --browser.gatherUsageStats false
+
+gpu-check: setup        ## on a GPU machine: CUDA Graphs, DALI GPU, NCCL, compile, amp
+	$(PY) -m harness.gpu_check
 
 perf: setup             ## benchmarks (not tests): figures to results/perf/perf.json
 	$(PY) -m harness.perf

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="run an ablation sweep file")
     s.add_argument("file")
     s.add_argument("--repeats", type=int, default=0, help="override the file's repeats")
+    s.add_argument("--rerun-failed", action="store_true",
+                   help="resume the latest run of this sweep: only cells without a finished record")
     sub.add_parser("demo", help="the CPU ablation demo (harness/sweeps/demo.yaml)")
     return p
 
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         from harness import sweep
         if args.cmd == "demo":
             return sweep.main(Path(__file__).parent / "sweeps" / "demo.yaml", repeats=0)
-        return sweep.main(Path(args.file), repeats=args.repeats)
+        return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed)
     except UsageError as e:
         print(f"harness: error: {e}", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ RUN_MODES = ("throughput", "ttt")
 DEVICES = ("cpu", "cuda")
 TOGGLE_NAMES = ("dali", "channels_last", "cuda_graphs", "compile", "mpi_staging", "amp")
 # Fields that label a run but do not change what it measures: kept out of the variant hash.
-LABEL_FIELDS = ("sweep", "repeat")
+LABEL_FIELDS = ("sweep", "repeat", "reference_run")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,6 +97,8 @@ class RunConfig:
     """Label: the sweep this run belongs to (not hashed)."""
     repeat: int = 0
     """Label: repeat index inside a sweep (not hashed)."""
+    reference_run: str = ""
+    """Label: record folder of a toggles-off run to check losses against (harness/gate.py)."""
 
     def __post_init__(self) -> None:
         from harness import registry  # torch-free: workload packages import torch lazily

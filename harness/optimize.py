@@ -84,7 +84,7 @@ class TrainStep:
     def prepare(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.workload.to_model_input(x)
         nb = self.device.type == "cuda"
-        x = x.to(self.device, non_blocking=nb)
+        x = self.workload.preprocess(x.to(self.device, non_blocking=nb))
         if x.dim() >= 4:  # no-op when the loader's layout already is the wanted one
             x = x.contiguous(memory_format=self.mem_format)
         return x, y.to(self.device, non_blocking=nb)

@@ -1,5 +1,7 @@
 """`make perf`: benchmarks, not tests. Figures go to results/perf/perf.json (and stdout).
 
+loader_throughput: bytes/s each loader path delivers vs raw sequential reads of the same files.
+data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
 model, data files and sample order, in one process, interleaved in blocks (H B H B ...) so
@@ -39,7 +41,7 @@ def _bare_block(cfg: RunConfig, wl, size, root: Path, warmup: int, steps: int) -
     for i, idx in enumerate(plan):
         t0 = now()
         raw = np.stack([np.load(files[j]) for j in idx])
-        x = torch.from_numpy(np.log1p(raw, dtype=np.float32)).permute(0, 4, 1, 2, 3).contiguous()
+        x = torch.log1p(torch.from_numpy(raw).float()).permute(0, 4, 1, 2, 3).contiguous()
         y = torch.from_numpy(np.stack([np.load(files[j].with_name("label-" + files[j].name[5:])) for j in idx]))
         opt.zero_grad(set_to_none=True)
         loss = F.mse_loss(model(x), y)
@@ -81,7 +83,81 @@ def harness_overhead(workload: str = "cosmoflow", size_name: str = "tiny", block
             "meets_target": h_med / b_med <= 1.01, "torch_threads": torch.get_num_threads()}
 
 
-BENCHMARKS = {"harness_overhead": harness_overhead}
+def _raw_read_bps(paths: list[Path], buf: bytearray) -> float:
+    """Plain sequential reads of the files into one reused buffer (page cache warm): the
+    physical limit for any loader on this machine."""
+    t0, total = now(), 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            total += f.readinto(buf)
+    return total / (now() - t0)
+
+
+def _loader_bps(make_iter, batches, file_bytes: int) -> float:
+    t0 = now()
+    n = sum(1 for _ in make_iter(batches))
+    assert n == len(batches)
+    return sum(len(b) for b in batches) * file_bytes / (now() - t0)
+
+
+def loader_throughput(workload: str = "cosmoflow", size_name: str = "tiny", rounds: int = 5,
+                      epochs: int = 4) -> dict:
+    """Bytes/s of sample files (data + label) delivered in batches, with no model attached, for each loader
+    path, against raw sequential reads of the same files in the same order. Each round streams
+    `epochs` epochs through one loader, as a run does (set-up amortised). Rounds interleaved."""
+    wl = registry.get(workload)
+    size = wl.sizes[size_name]
+    cfg = RunConfig(workload=workload, size=size_name)
+    root = data.dataset_root(cfg)
+    data.ensure_dataset(wl, size, root, cfg.data_seed)
+    files = wl.files(root, "train")
+    labels = [f.with_name("label-" + f.name[len("data-"):]) for f in files]  # read beside each sample
+    file_bytes = files[0].stat().st_size + labels[0].stat().st_size
+    per_epoch = len(files) // size.batch_size
+    batches, _ = data.train_plan(len(files), size.batch_size, 1, epochs * per_epoch)
+    order = [p for b in batches for i in b for p in (files[i], labels[i])]
+    buf = bytearray(files[0].stat().st_size)
+    _raw_read_bps(order, buf)  # warm the page cache
+    paths = {
+        "raw_read": lambda: _raw_read_bps(order, buf),
+        "torch": lambda: _loader_bps(lambda b: wl.torch_loader(root, "train", size, b), batches, file_bytes),
+        "torch+prefetch": lambda: _loader_bps(
+            lambda b: data.Prefetcher(wl.torch_loader(root, "train", size, b), data.PREFETCH_DEPTH), batches, file_bytes),
+        "dali_cpu": lambda: _loader_bps(lambda b: wl.dali_loader(root, "train", size, b, None), batches, file_bytes),
+    }
+    samples: dict[str, list[float]] = {k: [] for k in paths}
+    for _ in range(rounds):
+        for k, fn in paths.items():
+            samples[k].append(fn())
+    med = {k: float(np.median(v)) for k, v in samples.items()}
+    out = {"workload": workload, "size": size_name, "file_bytes": file_bytes, "files_per_round": len(order),
+           "rounds": rounds, "gb_per_s": {k: v / 1e9 for k, v in med.items()},
+           "fraction_of_raw_read": {k: v / med["raw_read"] for k, v in med.items() if k != "raw_read"},
+           "target": "torch path >= 0.90 of raw read"}
+    out["meets_target"] = out["fraction_of_raw_read"]["torch"] >= 0.9
+    return out
+
+
+def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps: int = 40) -> dict:
+    """Share of steady step time spent waiting for the next batch, per loader path."""
+    wl = registry.get(workload)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dali in (False, True):
+            cfg = RunConfig(workload=workload, size=size_name, steps=steps).with_overrides([f"toggles.dali={dali}"])
+            rec = RunRecord(Path(tmp), cfg, envinfo.capture())
+            loop.train(cfg, wl, rec, DistInfo())
+            rec.finish("finished")
+            s = rec.summary()
+            out["dali" if dali else "torch"] = {"data_wait_frac": s["data_wait_frac"],
+                                                "median_step_ms": 1000 * s["median_step_s"]}
+    out["target"] = "data wait < 2% of step time at tiny"
+    out["meets_target"] = all(v["data_wait_frac"] < 0.02 for k, v in out.items() if isinstance(v, dict))
+    return out
+
+
+BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": loader_throughput,
+              "data_wait_share": data_wait_share}
 
 
 def main(argv: list[str] | None = None) -> int:

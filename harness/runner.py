@@ -68,6 +68,11 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             data.ensure_dataset(workload, size, data.dataset_root(cfg), cfg.data_seed)
             loop.train(cfg, workload, rec, dist)
             status = schema.FINISHED
+            if cfg.reference_run and cfg.toggles.enabled() and dist.is_main:
+                from harness import gate
+                problem = gate.check(cfg, [s["loss"] for s in rec.steps], Path(cfg.reference_run))
+                if problem:
+                    status, reason = schema.FAIL_ACCURACY, problem
         except Killed as e:
             status, reason = schema.KILLED, f"{e} after {len(rec.steps)} steps"
         except Unsupported as e:

@@ -168,31 +168,90 @@ def _set_args(cfg: RunConfig) -> list[str]:
             for a in ("--set", f"{k}={v}")]
 
 
-def run_all(runs: list[tuple[str, RunConfig]]) -> list[str]:
-    """Run every configuration in its own process, with a progress bar. Returns statuses."""
+_RESULT = re.compile(r"^(\w+): (\S+) \((.+?)\)")
+DONE = ("finished", "fail_accuracy")  # statuses a resumed sweep does not run again
+
+
+def existing_records(runs_root: Path, sweep_id: str) -> dict[tuple[str, int], tuple[str, str]]:
+    """(variant, repeat) -> (status, record dir) of the latest record of this sweep instance."""
+    from results.report import records_frame
+
+    df = records_frame(runs_root)
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    if df.empty or "sweep" not in df:
+        return out
+    for _, r in df[df["sweep"] == sweep_id].iterrows():  # sorted by start: later ones win
+        out[(r["variant"], int(r["repeat"]))] = (r["status"], r["record_dir"])
+    return out
+
+
+def run_all(runs: list[tuple[str, RunConfig]], done: dict | None = None) -> list[str]:
+    """Run every configuration in its own process, with a progress bar. Cells whose record in
+    `done` already finished are skipped (resume / rerun-failed). Every non-baseline cell gets
+    its repeat's baseline as the correctness-gate reference. Returns the statuses."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    done = done or {}
+    baselines: dict[tuple, str] = {}  # (workload, size, repeat) -> baseline record dir
     statuses = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[cell]}")) as bar:
         task = bar.add_task("sweep", total=len(runs), cell="")
         for label, cfg in runs:
+            key = (cfg.workload, cfg.size, cfg.repeat)
+            prior = done.get((cfg.variant_hash(), cfg.repeat))
+            if prior and prior[0] in DONE:
+                statuses.append(prior[0])
+                if label == "baseline":
+                    baselines[key] = prior[1]
+                bar.advance(task)
+                continue
+            if label != "baseline" and key in baselines:
+                cfg = dataclasses.replace(cfg, reference_run=baselines[key])
             bar.update(task, cell=f"{cfg.workload}/{cfg.size} {label} r{cfg.repeat}")
-            cmd = [sys.executable, "-m", "harness", "run", cfg.workload, "--size", cfg.size,
-                   "--no-ingest", *_set_args(cfg)]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-                line = (p.stdout.strip().splitlines() or ["failed: no output"])[-1]
-                if p.returncode not in (0, 2):
-                    bar.console.print(f"  {label} r{cfg.repeat}: {line}  {p.stderr.strip().splitlines()[-1:]}")
-            except subprocess.TimeoutExpired:  # the child got SIGKILL: no record of its own
-                line = f"failed: timeout after {RUN_TIMEOUT_S}s"
-            statuses.append(line.split(":", 1)[0])
+            status = _run_one(cfg, bar.console, label)
+            if label == "baseline" and status[0] == "finished":
+                baselines[key] = status[1]
+            statuses.append(status[0])
             bar.advance(task)
     return statuses
 
 
-def main(path: Path, repeats: int = 0) -> int:
+def _run_one(cfg: RunConfig, console, label: str) -> tuple[str, str]:
+    cmd = [sys.executable, "-m", "harness", "run", cfg.workload, "--size", cfg.size, "--no-ingest",
+           *_set_args(cfg)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # SIGTERM first: the run writes its `killed` record
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        console.print(f"  {label} r{cfg.repeat}: timed out after {RUN_TIMEOUT_S}s")
+    p = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    m = _RESULT.match((p.stdout.strip().splitlines() or [""])[-1])
+    if m is None or p.returncode not in (0, 2):
+        console.print(f"  {label} r{cfg.repeat}: exit {p.returncode}: "
+                      f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return (m.group(1), m.group(3)) if m else ("failed", "")
+
+
+def latest_instance(runs_root: Path, name: str) -> str | None:
+    from results.report import records_frame
+
+    df = records_frame(runs_root)
+    if df.empty or "sweep" not in df:
+        return None
+    ids = sorted(i for i in df["sweep"].dropna().unique() if str(i).startswith(f"{name}@"))
+    return ids[-1] if ids else None
+
+
+def main(path: Path, repeats: int = 0, rerun_failed: bool = False) -> int:
+    import time
+
     from harness.cli import _default_device
     from harness.runner import results_root
     from results.ingest import default_tracking_uri, ingest_all
@@ -201,16 +260,25 @@ def main(path: Path, repeats: int = 0) -> int:
     sweep = load(path)
     if repeats:
         sweep = dataclasses.replace(sweep, repeats=repeats)
-    runs = plan(sweep, _default_device())
-    print(f"sweep {sweep.name}: {len(runs) // sweep.repeats} configurations x {sweep.repeats} repeats, interleaved")
-    run_all(runs)
     root = results_root()
+    sweep_id = f"{sweep.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    done = {}
+    if rerun_failed:
+        sweep_id = latest_instance(root / "runs", sweep.name) or ""
+        if not sweep_id:
+            raise UsageError(f"no earlier run of sweep {sweep.name!r} under {root / 'runs'} to rerun")
+        done = existing_records(root / "runs", sweep_id)
+    runs = plan(dataclasses.replace(sweep, name=sweep_id), _default_device())
+    todo = sum(1 for _, c in runs if done.get((c.variant_hash(), c.repeat), ("",))[0] not in DONE)
+    print(f"sweep {sweep_id}: {len(runs) // sweep.repeats} configurations x {sweep.repeats} repeats, "
+          f"interleaved; {todo} to run")
+    run_all(runs, done)
     uri = default_tracking_uri(root)
     try:
         res = ingest_all(root / "runs", uri)
         print(f"ingested {len(res['added'])} new records into {uri}")
     except Exception as e:  # noqa: BLE001 - records stay; `make ingest` retries
         print(f"warning: could not ingest into {uri} ({e}); records kept, run `make ingest`", file=sys.stderr)
-    print_sweep_summary(root / "runs", sweep.name)
+    print_sweep_summary(root / "runs", sweep_id)
     print("Browse the results: make portal  (then open http://127.0.0.1:8501)")
     return 0

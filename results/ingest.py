@@ -55,6 +55,17 @@ def find_run(client, exp_id: str, run_id: str):
     return hits[0] if hits else None
 
 
+def sweep_parent(client, exp_id: str, sweep: str) -> str:
+    """The MLflow run that groups a sweep instance's runs (created on first use)."""
+    hits = client.search_runs([exp_id], filter_string=f"tags.kind = 'sweep' and tags.sweep = '{sweep}'",
+                              max_results=1)
+    if hits:
+        return hits[0].info.run_id
+    run = client.create_run(exp_id, tags={"kind": "sweep", "sweep": sweep, "mlflow.runName": f"sweep {sweep}"})
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
 def _tags(rec: dict[str, Any]) -> dict[str, str]:
     cfg, env, st = rec["config"], rec["env"], rec["status"]
     slurm = env.get("slurm", {})
@@ -66,7 +77,7 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
         "cpu_model": env.get("cpu_model", ""), "gpu_name": env.get("gpu_name") or "",
         "slurm_job_id": slurm.get("SLURM_JOB_ID", ""),
         "slurm_array_task_id": slurm.get("SLURM_ARRAY_TASK_ID", ""),
-        "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"],
+        "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"], "kind": "run",
         "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
     }
     return {k: str(v) for k, v in tags.items()}
@@ -95,7 +106,10 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None) -> str:
         return "present"
     st = rec["status"]
     start_ms = int(st["started"] * 1000)
-    run = client.create_run(exp_id, start_time=start_ms, tags=_tags(rec))
+    tags = _tags(rec)
+    if tags["sweep"]:
+        tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, tags["sweep"])
+    run = client.create_run(exp_id, start_time=start_ms, tags=tags)
     rid = run.info.run_id
     metrics = [Metric(k, float(rec["summary"][k]), start_ms, 0) for k in SUMMARY_METRICS
                if isinstance(rec["summary"].get(k), (int, float))]

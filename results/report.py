@@ -67,6 +67,16 @@ def label_configs(df: pd.DataFrame) -> pd.Series:
     return labels
 
 
+def _finished_samples(g: pd.DataFrame) -> dict[str, list[list[float]]]:
+    """config label -> raw steady step times per finished run (fail_accuracy etc. excluded)."""
+    out: dict[str, list[list[float]]] = {}
+    for config, c in g[g["status"] == schema.FINISHED].groupby("config", sort=False):
+        runs = [r for r in (step_samples(d) for d in c["record_dir"]) if r]
+        if runs:
+            out[config] = runs
+    return out
+
+
 def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     """Rows: workload, size, device, config, runs, status, median_step_ms, speedup, ci_lo,
     ci_hi, verdict, reason. Speedups only for finished runs with a finished baseline."""
@@ -75,23 +85,69 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     df = df.assign(config=label_configs(df))
     out = []
     for key, g in df.groupby(GROUP, dropna=False):
-        ok = g[g["status"] == schema.FINISHED]
-        base_runs = [step_samples(d) for d in ok[ok["config"] == "baseline"]["record_dir"]]
-        base_runs = [r for r in base_runs if r]
+        samples = _finished_samples(g)
+        base_runs = samples.get("baseline")
         for config, c in g.groupby("config", sort=False):
             row = dict(zip(GROUP, key), config=config, runs=len(c),
                        status=",".join(sorted(c["status"].unique())),
                        reason="; ".join(sorted({r for r in c["reason"].fillna("") if r}))[:200])
-            runs = [step_samples(d) for d in c[c["status"] == schema.FINISHED]["record_dir"]]
-            runs = [r for r in runs if r]
+            runs = samples.get(config)
             if runs:
                 row["median_step_ms"] = 1000 * float(pd.Series([x for r in runs for x in r]).median())
             if runs and base_runs:
-                s = stats.speedup(base_runs, runs, n_boot=n_boot)
-                row.update(speedup=s["speedup"], ci_lo=s["ci_lo"], ci_hi=s["ci_hi"],
-                           verdict="baseline" if config == "baseline" else stats.verdict(s["ci_lo"], s["ci_hi"]))
+                sp = stats.speedup(base_runs, runs, n_boot=n_boot)
+                row.update(speedup=sp["speedup"], ci_lo=sp["ci_lo"], ci_hi=sp["ci_hi"],
+                           verdict="baseline" if config == "baseline" else stats.verdict(sp["ci_lo"], sp["ci_hi"]))
             out.append(row)
     return pd.DataFrame(out)
+
+
+def attribution_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
+    """Per toggle: add-one-in gain (+t over baseline) beside leave-one-out loss (all_on over
+    all_on-t). When they differ, the toggle interacts with the others."""
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(config=label_configs(df))
+    out = []
+    for key, g in df.groupby(GROUP, dropna=False):
+        samples = _finished_samples(g)
+        toggles = sorted({c.split("-", 1)[1] for c in samples if c.startswith("all_on-")} |
+                         {c[1:].split("=")[0] for c in samples if c.startswith("+")})
+        for t in toggles:
+            row = dict(zip(GROUP, key), toggle=t)
+            plus = next((c for c in samples if c.startswith("+") and c[1:].split("=")[0] == t), None)
+            if plus and "baseline" in samples:
+                sp = stats.speedup(samples["baseline"], samples[plus], n_boot=n_boot)
+                row.update(add_one_in=sp["speedup"], add_lo=sp["ci_lo"], add_hi=sp["ci_hi"])
+            if f"all_on-{t}" in samples and "all_on" in samples:
+                sp = stats.speedup(samples[f"all_on-{t}"], samples["all_on"], n_boot=n_boot)
+                row.update(leave_one_out=sp["speedup"], loo_lo=sp["ci_lo"], loo_hi=sp["ci_hi"])
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def geomean_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
+    """Per device and config: geomean speedup across workloads (each at its own size), with CI."""
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(config=label_configs(df))
+    pairs: dict[tuple[str, str], list] = {}
+    for (wl, size, device), g in df.groupby(GROUP, dropna=False):
+        samples = _finished_samples(g)
+        for config, runs in samples.items():
+            if config != "baseline" and "baseline" in samples:
+                pairs.setdefault((device, config), []).append((samples["baseline"], runs))
+    out = []
+    for (device, config), p in pairs.items():
+        if len(p) > 1:
+            g = stats.geomean_speedup(p, n_boot=n_boot)
+            out.append({"device": device, "config": config, "workloads": g["n"], "geomean": g["speedup"],
+                        "ci_lo": g["ci_lo"], "ci_hi": g["ci_hi"]})
+    return pd.DataFrame(out)
+
+
+def _fmt(v, lo, hi) -> str:
+    return "" if pd.isna(v) else f"{v:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
 def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
@@ -106,10 +162,29 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
                 "speedup [95% CI]", "verdict / reason"):
         t.add_column(col)
     for _, r in table.iterrows():
-        sp = "" if pd.isna(r.get("speedup")) else f"{r['speedup']:.2f}x [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}]"
+        sp = _fmt(r.get("speedup"), r.get("ci_lo"), r.get("ci_hi"))
         ms = "" if pd.isna(r.get("median_step_ms")) else f"{r['median_step_ms']:.1f}"
         note = r.get("verdict") if isinstance(r.get("verdict"), str) else ""
         t.add_row(r["workload"], r["size"], r["device"], r["config"], str(r["runs"]), r["status"], ms, sp,
                   note or r.get("reason", ""))
-    Console(width=200).print(t)
+    console = Console(width=200)
+    console.print(t)
+    attr = attribution_table(df)
+    if not attr.empty and "leave_one_out" in attr:
+        a = Table(title="per-toggle attribution: add-one-in gain vs leave-one-out loss (differences = interactions)")
+        for col in ("workload", "size", "device", "toggle", "add-one-in [95% CI]", "leave-one-out [95% CI]"):
+            a.add_column(col)
+        for _, r in attr.iterrows():
+            a.add_row(r["workload"], r["size"], r["device"], r["toggle"],
+                      _fmt(r.get("add_one_in"), r.get("add_lo"), r.get("add_hi")),
+                      _fmt(r.get("leave_one_out"), r.get("loo_lo"), r.get("loo_hi")))
+        console.print(a)
+    geo = geomean_table(df)
+    if not geo.empty:
+        gt = Table(title="geomean speedup across workloads")
+        for col in ("device", "config", "workloads", "geomean [95% CI]"):
+            gt.add_column(col)
+        for _, r in geo.iterrows():
+            gt.add_row(r["device"], r["config"], str(r["workloads"]), _fmt(r["geomean"], r["ci_lo"], r["ci_hi"]))
+        console.print(gt)
     return table

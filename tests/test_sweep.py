@@ -93,3 +93,49 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
     assert "ingested 6 new records" in p.stdout
     for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline"):
         assert text in p.stdout
+
+
+FAULT = '''
+import harness.loop as _loop
+_train = _loop.train
+def train(cfg, *a, **k):
+    if cfg.toggles.channels_last:
+        raise RuntimeError("injected fault for the channels_last cell")
+    return _train(cfg, *a, **k)
+_loop.train = train
+'''
+
+
+def test_injected_failure_does_not_stop_sweep_and_rerun_failed_reruns_only_it(env, tmp_path):
+    f = _write(tmp_path, """
+        name: inject
+        workloads: [cosmoflow]
+        repeats: 2
+        matrix: [baseline, add_one_in]
+        toggles: [channels_last, dali]
+        base: {steps: 2, warmup_steps: 1}
+    """)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FAULT)  # imported by every child python at start-up
+    faulty = dict(env, PYTHONPATH=f"{hook}:{env['PYTHONPATH']}")
+    p = harness(faulty, "sweep", str(f), timeout=900)
+    assert p.returncode == 0, p.stderr
+
+    def by_status():
+        out = {}
+        for d in run_dirs(env):
+            cfg = json.loads((d / "config.json").read_text())
+            st = json.loads((d / "status.json").read_text())
+            out.setdefault(st["status"], []).append((cfg["toggles"]["channels_last"], cfg["toggles"]["dali"], st["reason"]))
+        return out
+
+    first = by_status()
+    assert len(first["failed"]) == 2 and all(cl and "injected fault" in r for cl, _, r in first["failed"])
+    assert len(first["finished"]) == 4  # baseline and +dali, both repeats, despite the failures
+    assert "injected fault" in p.stdout  # the failure's reason is in the summary
+    p2 = harness(env, "sweep", str(f), "--rerun-failed", timeout=900)
+    assert p2.returncode == 0, p2.stderr
+    assert "2 to run" in p2.stdout
+    second = by_status()
+    assert len(run_dirs(env)) == 8 and len(second["finished"]) == 6  # only the 2 failed cells ran again

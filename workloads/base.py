@@ -55,6 +55,9 @@ class Workload(Protocol):
     def to_model_input(self, x: "torch.Tensor") -> "torch.Tensor":
         """A zero-copy view from the loader's layout to the model's logical layout (e.g. NDHWC -> NCDHW)."""
 
+    def preprocess(self, x: "torch.Tensor") -> "torch.Tensor":
+        """Per-batch input transform on the device, after the host-to-device copy (e.g. log1p)."""
+
     def loss(self, output: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor": ...
 
     def quality_sums(self, output: "torch.Tensor", target: "torch.Tensor") -> dict[str, float]:

@@ -70,6 +70,12 @@ class CosmoFlow:
         # already channels_last_3d, so the NDHWC toggle costs no copy here (NVIDIA's as_strided).
         return x.permute(0, 4, 1, 2, 3)
 
+    def preprocess(self, x):
+        # int16 counts -> log(1 + x) in float32 on the device (reference: apply_log). Pointwise,
+        # so the result keeps the input's memory layout (channels_last_3d stays channels_last_3d).
+        import torch
+        return torch.log1p(x.float())
+
     def mlperf_hyperparameters(self, size: CosmoFlowSize, global_batch: int) -> dict[str, Any]:
         return {
             "global_batch_size": global_batch,

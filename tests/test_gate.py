@@ -1,0 +1,63 @@
+"""The correctness gate: toggles that compute the same thing pass; a deliberately broken
+layout transform is caught as fail_accuracy and kept out of speedups."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from harness import runner
+from harness.config import RunConfig
+from results import schema
+from workloads.cosmoflow import CosmoFlow
+
+
+@pytest.fixture
+def baseline(tmp_path, data_root, monkeypatch):
+    monkeypatch.setenv("HARNESS_DATA", str(data_root))
+    cfg = RunConfig(workload="cosmoflow", steps=4, warmup_steps=1)
+    out = runner.execute(cfg, root=tmp_path)
+    assert out.status == "finished"
+    return cfg, out.dir
+
+
+@pytest.mark.parametrize("toggle", ["channels_last", "dali"])
+def test_equivalent_toggles_pass(tmp_path, baseline, toggle):
+    cfg, ref = baseline
+    on = dataclasses.replace(cfg, toggles=dataclasses.replace(cfg.toggles, **{toggle: True}),
+                             reference_run=str(ref))
+    out = runner.execute(on, root=tmp_path)
+    assert out.status == "finished", out.reason
+
+
+def test_broken_layout_transform_is_fail_accuracy(tmp_path, baseline, monkeypatch):
+    cfg, ref = baseline
+    # a channels_last path that mixes up the channel order: shapes fine, numbers wrong
+    monkeypatch.setattr(CosmoFlow, "to_model_input", lambda self, x: x.permute(0, 4, 1, 2, 3).roll(1, dims=1))
+    on = dataclasses.replace(cfg, toggles=dataclasses.replace(cfg.toggles, channels_last=True),
+                             reference_run=str(ref))
+    out = runner.execute(on, root=tmp_path)
+    assert out.status == schema.FAIL_ACCURACY
+    assert re.search(r"correctness gate: loss at step [0-2] ", out.reason) and "tolerance 2e-02" in out.reason
+    assert schema.read_record(out.dir)["status"]["status"] == "fail_accuracy"
+
+
+def test_reference_with_other_settings_is_refused(tmp_path, baseline):
+    cfg, ref = baseline
+    on = dataclasses.replace(cfg, seed=7, toggles=dataclasses.replace(cfg.toggles, dali=True),
+                             reference_run=str(ref))
+    out = runner.execute(on, root=tmp_path)
+    assert out.status == schema.FAIL_ACCURACY and "differs in seed" in out.reason
+
+
+def test_fail_accuracy_is_excluded_from_speedups(tmp_path, baseline, monkeypatch):
+    from results.report import records_frame, speedup_table
+    cfg, ref = baseline
+    monkeypatch.setattr(CosmoFlow, "to_model_input", lambda self, x: x.permute(0, 4, 1, 2, 3).roll(1, dims=1))
+    runner.execute(dataclasses.replace(cfg, toggles=dataclasses.replace(cfg.toggles, channels_last=True),
+                                       reference_run=str(ref)), root=tmp_path)
+    table = speedup_table(records_frame(tmp_path / "runs")).set_index("config")
+    assert table.loc["+channels_last", "status"] == "fail_accuracy"
+    assert "speedup" not in table or table["speedup"].isna()["+channels_last"]
+    assert table.loc["baseline", "speedup"] == pytest.approx(1.0)

@@ -1,0 +1,104 @@
+"""Each toggle on tiny CosmoFlow: what it changes, that it runs (or says why it can't)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from harness import registry, runner
+from harness.config import RunConfig, Toggles
+from harness.optimize import TrainStep, unsupported_reason
+from results import schema
+
+WL = registry.get("cosmoflow")
+
+
+def _cfg(**toggles) -> RunConfig:
+    return RunConfig(workload="cosmoflow", steps=2, warmup_steps=1, toggles=Toggles(**toggles))
+
+
+def _step(cfg: RunConfig) -> TrainStep:
+    size = WL.sizes["tiny"]
+    model = WL.build_model(size)
+    opt, sched = WL.build_optimizer(model, size, 8, 10)
+    return TrainStep(cfg, WL, model, opt, sched)
+
+
+def _batch():
+    return torch.randint(0, 30, (2, 32, 32, 32, 4), dtype=torch.int16), torch.zeros(2, 4)  # N,D,H,W,C
+
+
+def _layout_copies(ts) -> int:
+    """aten::clone calls in prepare(): the layout copies (dtype casts are aten::_to_copy)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        ts.prepare(*_batch())
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::clone")
+
+
+def test_channels_last_model_and_input_without_layout_copies():
+    ts = _step(_cfg(channels_last=True))
+    conv = ts.eval_model.convs[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last_3d) and not conv.is_contiguous()
+    xp, _ = ts.prepare(*_batch())
+    assert xp.shape == (2, 4, 32, 32, 32) and xp.dtype == torch.float32
+    assert xp.is_contiguous(memory_format=torch.channels_last_3d)
+    assert _layout_copies(ts) == 0  # the NDHWC batch is consumed as it lies
+
+
+def test_channels_last_off_makes_ncdhw_with_one_copy():
+    ts = _step(_cfg())
+    x, y = _batch()
+    xp, _ = ts.prepare(x, y)
+    assert xp.is_contiguous() and ts.eval_model.convs[0].weight.is_contiguous()
+    torch.testing.assert_close(xp, torch.log1p(x.float()).permute(0, 4, 1, 2, 3).contiguous())
+    assert _layout_copies(ts) == 1
+
+
+def test_amp_bf16_autocasts_forward():
+    ts = _step(_cfg(amp="bf16"))
+    x, y = ts.prepare(*_batch())
+    with ts.autocast():
+        h = ts.model.convs[0](x)
+    assert h.dtype == torch.bfloat16
+    assert torch.isfinite(ts(x, y))
+
+
+@pytest.mark.parametrize("toggles, fragment", [
+    ({"cuda_graphs": True}, "cuda_graphs needs a CUDA device"),
+    ({"amp": "fp16"}, "amp=fp16 needs CUDA"),
+    ({"mpi_staging": True}, "mpi_staging"),
+])
+def test_cpu_unsupported_reasons(toggles, fragment):
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only expectation")
+    assert fragment in unsupported_reason(_cfg(**toggles), WL)
+
+
+def test_supported_toggles_have_no_reason():
+    for t in ({"dali": True}, {"channels_last": True}, {"compile": True}, {"amp": "bf16"}):
+        assert unsupported_reason(_cfg(**t), WL) is None, t
+
+
+@pytest.mark.parametrize("toggles", [{"dali": True}, {"amp": "bf16"}, {"compile": True}])
+def test_toggle_runs_end_to_end(tmp_path, data_root, monkeypatch, toggles):
+    monkeypatch.setenv("HARNESS_DATA", str(data_root))
+    out = runner.execute(_cfg(**toggles), root=tmp_path)
+    assert out.status == "finished", out.reason
+    rec = schema.read_record(out.dir)
+    assert rec["config"]["toggles"] == {**dataclasses.asdict(Toggles()), **toggles}
+    # warm-up (which pays torch.compile) is recorded apart and kept out of the steady statistics
+    assert rec["summary"]["first_step_s"] > 0 and rec["summary"]["warmup_s"] >= rec["summary"]["first_step_s"]
+    assert rec["summary"]["n_steps"] == 2 and rec["summary"]["steps_done"] == 3
+
+
+def test_cuda_graphs_record_is_unsupported_never_eager(tmp_path, monkeypatch, data_root):
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only expectation")
+    monkeypatch.setenv("HARNESS_DATA", str(data_root))
+    out = runner.execute(_cfg(cuda_graphs=True), root=tmp_path)
+    assert out.status == "unsupported"
+    assert not (out.dir / schema.METRICS).read_text()  # not a single eager step was run
+    assert "CUDA" in json.loads((out.dir / schema.STATUS).read_text())["reason"]
