@@ -12,7 +12,7 @@ ADDRESS ?= 127.0.0.1
 PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
-.PHONY: setup demo sweep rerun-failed run list test ingest portal perf gpu-check clean
+.PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
@@ -33,7 +33,12 @@ rerun-failed: setup     ## rerun only the failed/killed/missing cells of the lat
 list: setup
 	$(PY) -m harness list
 
-test: setup
+system-deps:            ## Debian packages the tests use: chromium for the portal's real-browser check
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
+	  echo "warning: chromium not installed (needs root): the browser check will be skipped"
+
+test: setup system-deps
 	$(PY) -m pytest -q
 
 ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)

@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-ingest", action="store_true", help="leave the record for `make ingest`")
 
     sub.add_parser("list", help="workloads, sizes, toggles and settable keys")
+    i = sub.add_parser("info", help="sizes of a workload: input shape, parameters, FLOPs, target, data format")
+    i.add_argument("workload")
 
     s = sub.add_parser("sweep", help="run an ablation sweep file")
     s.add_argument("file")
@@ -81,6 +83,26 @@ def cmd_list() -> int:
     return 0
 
 
+def cmd_info(name: str) -> int:
+    import torch
+
+    from harness import registry
+    wl = registry.get(name)
+    doc = (sys.modules[type(wl).__module__].__doc__ or "").strip().splitlines()[0]
+    print(f"{name}: {doc}")
+    print(f"quality: {wl.quality_metric} ({'higher' if wl.higher_is_better else 'lower'} is better)")
+    for size in wl.sizes.values():
+        with torch.device("meta"):  # count parameters without allocating them
+            params = sum(p.numel() for p in wl.build_model(size).parameters())
+        shape = getattr(size, "input_shape", None) or (size.seq_len,)
+        target = (f"{size.quality_target}" if getattr(size, "quality_target", 0) else
+                  f"entropy rate of the data + {size.target_margin} nats/token")
+        print(f"  {size.name:<6} input {tuple(shape)}  params {params:,}  "
+              f"train GFLOP/sample {wl.flops_per_sample(size) / 1e9:,.3f}  batch {size.batch_size}  target {target}")
+    print(f"data format: {wl.data_format}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -88,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.cmd == "list":
             return cmd_list()
+        if args.cmd == "info":
+            return cmd_info(args.workload)
         from harness import sweep
         if args.cmd == "demo":
             return sweep.main(Path(__file__).parent / "sweeps" / "demo.yaml", repeats=0)

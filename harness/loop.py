@@ -40,7 +40,7 @@ def _seed_everything(seed: int) -> None:
 @torch.no_grad()
 def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_batch: int,
              dist: DistInfo) -> float:
-    n_val = len(workload.files(root, "val"))
+    n_val = workload.n_samples(root, "val", size)
     batches = data.epoch_batches(n_val, local_batch, seed=0, epoch=0, rank=dist.rank, world=dist.world,
                                  shuffle=False, drop_last=False)
     loader = data.make_loader(cfg, workload, size, root, "val", batches, dist.local_rank)
@@ -82,8 +82,9 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
                        ("seed", cfg.seed)):
         ml.event(key, value)
     _seed_everything(cfg.seed)
-    n_train = len(workload.files(root, "train"))
-    n_val = len(workload.files(root, "val"))
+    n_train = workload.n_samples(root, "train", size)
+    n_val = workload.n_samples(root, "val", size)
+    target = workload.quality_target(size, root)
     total = cfg.warmup_steps + cfg.steps
     plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, total, dist.rank, dist.world)
     model = workload.build_model(size)
@@ -96,7 +97,7 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     rec.info.update(global_batch=global_batch, local_batch=local_batch, world=dist.world,
                     steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val,
                     flops_per_sample=workload.flops_per_sample(size),
-                    quality_metric=workload.quality_metric, quality_target=size.quality_target,
+                    quality_metric=workload.quality_metric, quality_target=target,
                     higher_is_better=workload.higher_is_better)
     loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
     ml.end(K.INIT_STOP)
@@ -154,4 +155,4 @@ def _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch_num, 
     ml.end(K.EVAL_STOP, epoch_num=epoch_num)
     ml.event(getattr(workload, "mlperf_quality_key", "eval_accuracy"), q, epoch_num=epoch_num)
     rec.log_eval(step=step, epoch=epoch_num, quality=q, eval_s=time.time() - t0)
-    return _reached(q, size.quality_target, workload.higher_is_better)
+    return _reached(q, rec.info["quality_target"], workload.higher_is_better)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def make_run_id(cfg: RunConfig) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-{stamp}-{os.getpid()}"
+    # pid + random suffix: unique across processes and across runs in one process and second
+    return f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-{stamp}-{os.getpid()}{secrets.token_hex(2)}"
 
 
 class RunRecord:
@@ -38,7 +41,8 @@ class RunRecord:
                                                "variant": cfg.variant_hash(),
                                                "record_version": schema.RECORD_VERSION})
         _write_json(self.dir / schema.ENV, env)
-        _write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started})
+        _write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started,
+                                               "pid": os.getpid(), "host": socket.gethostname()})
         self._metrics = open(self.dir / schema.METRICS, "a", buffering=1)
         self.mllog = MLLog(self.dir / schema.MLPERF_LOG)
         self.steps: list[dict] = []

@@ -12,12 +12,14 @@ if TYPE_CHECKING:
 
 # name -> package exposing WORKLOAD
 _MODULES = {
+    "lm": "workloads.lm",
     "cosmoflow": "workloads.cosmoflow",
+    "deepcam": "workloads.deepcam",
 }
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    return sorted(_MODULES)
 
 
 def get(name: str) -> "Workload":

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError
+from results import schema
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
 SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base"}
@@ -233,10 +234,29 @@ def _run_one(cfg: RunConfig, console, label: str) -> tuple[str, str]:
         console.print(f"  {label} r{cfg.repeat}: timed out after {RUN_TIMEOUT_S}s")
     p = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     m = _RESULT.match((p.stdout.strip().splitlines() or [""])[-1])
+    last_err = (p.stderr.strip().splitlines() or ["no output"])[-1]
     if m is None or p.returncode not in (0, 2):
-        console.print(f"  {label} r{cfg.repeat}: exit {p.returncode}: "
-                      f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return (m.group(1), m.group(3)) if m else ("failed", "")
+        console.print(f"  {label} r{cfg.repeat}: exit {p.returncode}: {last_err}")
+    if m is None:  # the process died without finishing its record: close it as failed
+        how = f"signal {-p.returncode}" if p.returncode and p.returncode < 0 else f"exit {p.returncode}"
+        for d in _running_records(cfg):
+            schema.finalize_orphan(d, f"run process died ({how}): {last_err}"[:500])
+        return "failed", ""
+    return m.group(1), m.group(3)
+
+
+def _running_records(cfg: RunConfig) -> list[Path]:
+    from harness.runner import results_root
+    out = []
+    for d in (results_root() / "runs").glob(f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-*"):
+        try:
+            rec = schema.read_record(d)
+        except schema.RecordError:
+            continue
+        if rec["status"]["status"] == schema.RUNNING and rec["config"].get("sweep") == cfg.sweep \
+                and rec["config"].get("repeat") == cfg.repeat:
+            out.append(d)
+    return out
 
 
 def latest_instance(runs_root: Path, name: str) -> str | None:

@@ -1,4 +1,5 @@
-"""Cached access to the run frames. Everything the pages show comes from here."""
+"""Cached access to the run frames and the statistics computed from them. Pages read only
+through here (and so only through `results`): no torch, no harness, read-only."""
 from __future__ import annotations
 
 import os
@@ -8,10 +9,13 @@ import pandas as pd
 import streamlit as st
 
 import results
+from results import report, stats
 from results.ingest import default_tracking_uri
+from results.store import step_samples
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_TTL_S = 300
+N_BOOT = stats.N_BOOT  # same replicates and seed as the CLI: the portal shows the CLI's numbers
 
 
 def tracking_uri() -> str:
@@ -20,7 +24,41 @@ def tracking_uri() -> str:
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Loading runs")
 def runs(uri: str) -> pd.DataFrame:
-    return results.load_runs(uri)
+    df = results.load_runs(uri)
+    if not df.empty:
+        df["config"] = report.label_configs(df)
+        df["sweep_name"] = df["sweep"].fillna("").str.split("@").str[0]
+    return df
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner="Bootstrapping confidence intervals")
+def speedups(df: pd.DataFrame) -> pd.DataFrame:
+    return report.speedup_table(df, n_boot=N_BOOT)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def attribution(df: pd.DataFrame) -> pd.DataFrame:
+    return report.attribution_table(df, n_boot=N_BOOT)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def geomeans(df: pd.DataFrame) -> pd.DataFrame:
+    return report.geomean_table(df, n_boot=N_BOOT)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def samples(record_dir: str, phase: str = "steady") -> list[float]:
+    try:
+        return step_samples(record_dir, phase)
+    except OSError:
+        return []
+
+
+def compare_samples(a: list[list[float]], b: list[list[float]]) -> dict:
+    """Speedup of b over a (a's step time / b's) with CI and a verdict."""
+    s = stats.speedup(a, b, n_boot=N_BOOT)
+    return {"speedup": s["speedup"], "ci_lo": s["ci_lo"], "ci_hi": s["ci_hi"],
+            "verdict": stats.verdict(s["ci_lo"], s["ci_hi"])}
 
 
 def refresh_button() -> None:
@@ -30,3 +68,18 @@ def refresh_button() -> None:
 
 def empty_state() -> None:
     st.info("No runs recorded yet. Run `make demo` (a small CPU ablation) and press Refresh.")
+
+
+def load_or_stop() -> pd.DataFrame:
+    """The runs frame, or the empty state (and stop) when there is nothing to show."""
+    refresh_button()
+    try:
+        df = runs(tracking_uri())
+    except Exception as e:  # noqa: BLE001 - an unreachable store is shown, not raised
+        st.warning("The MLflow store could not be read:")
+        st.code(f"{tracking_uri()}\n{type(e).__name__}: {e}", language=None)
+        st.stop()
+    if df.empty:
+        empty_state()
+        st.stop()
+    return df

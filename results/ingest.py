@@ -98,6 +98,9 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None) -> str:
     from mlflow.entities import Metric, Param, RunTag
 
     rec = schema.read_record(Path(run_dir), with_metrics=True)
+    if schema.orphaned(rec["status"]):
+        schema.finalize_orphan(run_dir, f"process {rec['status']['pid']} died before finishing its record")
+        rec = schema.read_record(Path(run_dir), with_metrics=True)
     if rec["status"]["status"] == schema.RUNNING:
         return "in progress"
     client = client or _client(tracking_uri)

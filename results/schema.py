@@ -3,6 +3,9 @@ and results/ (ingest, portal). Pure Python: no torch, no harness import."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +62,30 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphaned(status: dict) -> bool:
+    """A `running` record whose process (on this host) is gone: it crashed or was SIGKILLed
+    before it could finish its record."""
+    return (status.get("status") == RUNNING and status.get("host") == socket.gethostname()
+            and isinstance(status.get("pid"), int) and not _pid_alive(status["pid"]))
+
+
+def finalize_orphan(run_dir: Path, reason: str) -> None:
+    """Close a dead run's record as failed (the only write ever made to another's record)."""
+    path = Path(run_dir) / STATUS
+    st = json.loads(path.read_text())
+    st.update(status=FAILED, reason=reason, ended=time.time())
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(st, indent=1))
+    os.replace(tmp, path)

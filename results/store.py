@@ -33,7 +33,9 @@ def load_runs(tracking_uri: str, experiment: str = EXPERIMENT) -> pd.DataFrame:
         return pd.DataFrame(columns=list(_RENAME.values()))
     df = df.rename(columns=_RENAME)
     df = df.rename(columns={c: c[len("metrics."):] for c in df.columns if c.startswith("metrics.")})
-    df = df.rename(columns={c: c[len("params."):] for c in df.columns if c.startswith("params.toggles.")})
+    # params keep their config names (mode, steps, seed, toggles.x ...) unless a tag already has it
+    df = df.rename(columns={c: c[len("params."):] for c in df.columns
+                            if c.startswith("params.") and c[len("params."):] not in df.columns})
     df["repeat"] = pd.to_numeric(df.get("repeat"), errors="coerce").fillna(0).astype(int)
     keep = [c for c in df.columns if not c.startswith(("tags.", "params."))]
     return df[keep].sort_values("started").reset_index(drop=True)

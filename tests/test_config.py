@@ -34,7 +34,7 @@ def test_overrides_are_typed():
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
-    ({"workload": "nope"}, "valid workloads: cosmoflow"),
+    ({"workload": "nope"}, "valid workloads: cosmoflow, deepcam, lm"),
     ({"workload": "cosmoflow", "size": "huge"}, "valid sizes: tiny, small, full"),
     ({"workload": "cosmoflow", "mode": "fast"}, "mode must be one of throughput, ttt"),
     ({"workload": "cosmoflow", "steps": 0}, "steps must be >= 1"),
@@ -66,7 +66,7 @@ def test_parse_assignment_errors(text, fragment):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["run", "resnet"], "unknown workload 'resnet'; valid workloads: cosmoflow"),
+    (["run", "resnet"], "unknown workload 'resnet'; valid workloads: cosmoflow, deepcam, lm"),
     (["run", "cosmoflow", "--size", "xl"], "unknown size 'xl' for cosmoflow; valid sizes: tiny, small, full"),
     (["run", "cosmoflow", "--set", "toggles.nhwc=true"], "unknown key 'toggles.nhwc' in --set; valid keys:"),
     (["run", "cosmoflow", "--set", "steps"], "malformed --set 'steps': expected KEY=VALUE"),

@@ -1,13 +1,17 @@
-"""Portal pages through streamlit's AppTest against a real sqlite MLflow store in a temp dir,
-seeded with a real tiny run plus a crafted failure record."""
+"""Every portal page through streamlit's AppTest against a real sqlite MLflow store in a temp
+dir, seeded with a real tiny sweep plus crafted failure records (one with a hostile name)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import textwrap
 
+import plotly.io
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from results import report
 from results.ingest import ingest_all
 from tests.conftest import REPO, harness, run_dirs
 
@@ -17,14 +21,23 @@ XSS = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory, data_root):
-    import os
-    root = tmp_path_factory.mktemp("portal") / "results"
+    base = tmp_path_factory.mktemp("portal")
+    root = base / "results"
     env = dict(os.environ, HARNESS_RESULTS=str(root), HARNESS_DATA=str(data_root), PYTHONPATH=str(REPO))
     env.pop("MLFLOW_TRACKING_URI", None)
-    p = harness(env, "run", "cosmoflow", "--no-ingest", "--set", "steps=3", "--set", "warmup_steps=1")
+    sweep = base / "portal.yaml"
+    sweep.write_text(textwrap.dedent("""
+        name: portal
+        workloads: [cosmoflow]
+        repeats: 2
+        matrix: [baseline, add_one_in, all_on]
+        toggles: [channels_last, dali, cuda_graphs]
+        base: {steps: 4, warmup_steps: 1}
+    """))
+    p = harness(env, "sweep", str(sweep), timeout=900)
     assert p.returncode == 0, p.stderr
-    (real,) = run_dirs(env)
-    crafted = real.with_name(real.name + "-crafted")
+    real = run_dirs(env)[0]
+    crafted = real.with_name(real.name + "-crafted")  # a failed run with a hostile sweep name and reason
     shutil.copytree(real, crafted)
     cfg = json.loads((crafted / "config.json").read_text())
     cfg.update(run_id=crafted.name, sweep=XSS)
@@ -32,41 +45,99 @@ def seeded(tmp_path_factory, data_root):
     st = json.loads((crafted / "status.json").read_text())
     st.update(status="failed", reason=f"RuntimeError: {XSS}")
     (crafted / "status.json").write_text(json.dumps(st))
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    assert len(ingest_all(root / "runs", uri)["added"]) == 2
-    return root, real.name, crafted.name
+    assert len(ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")["added"]) == 1
+    return root, crafted.name
 
 
-def _app(monkeypatch, root) -> AppTest:
+def _page(monkeypatch, root, page: str | None = None) -> AppTest:
     monkeypatch.setenv("HARNESS_RESULTS", str(root))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=120)
     at.run()
+    if page:
+        at.switch_page(f"pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
 
-def test_runs_page_empty_state(monkeypatch, tmp_path):
-    at = _app(monkeypatch, tmp_path / "empty")
+def _no_markdown_with(at: AppTest, text: str) -> bool:
+    return all(text not in m.value for m in at.markdown) and all(text not in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("page", ["overview", "ablation", "runs", "run_detail", "compare"])
+def test_empty_store_says_what_to_run(monkeypatch, tmp_path, page):
+    at = _page(monkeypatch, tmp_path / "empty", page)
     assert any("make demo" in i.value for i in at.info)
-    assert not at.dataframe
 
 
-def test_runs_page_lists_runs_with_failures_and_reasons(monkeypatch, seeded):
-    root, real, crafted = seeded
-    at = _app(monkeypatch, root)
+def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
+    root, _ = seeded
+    at = _page(monkeypatch, root)
+    sweep = at.selectbox[0].value
+    assert sweep.startswith("portal@")
+    expected = report.speedup_table(report.records_frame(root / "runs").query("sweep == @sweep"))
+    fig = plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)  # decodes plotly's typed arrays
+    bar = fig.data[0]
+    got = dict(zip(bar.x, bar.y))
+    want = expected.dropna(subset=["speedup"]).set_index("config")
+    assert set(got) == set(want.index) == {"baseline", "+channels_last", "+dali", "all_on"}
+    for config, y in got.items():  # the same numbers as the CLI's table
+        assert y == pytest.approx(want.loc[config, "speedup"])
+    for i, config in enumerate(bar.x):
+        hi = got[config] + bar.error_y.array[i]
+        lo = got[config] - bar.error_y.arrayminus[i]
+        assert hi == pytest.approx(want.loc[config, "ci_hi"], rel=1e-9)
+        assert lo == pytest.approx(want.loc[config, "ci_lo"], rel=1e-9)
+    assert any(s.type == "line" and s.y0 == 1.0 for s in fig.layout.shapes)
+    # the unsupported configuration has no bar but its reason is listed
+    reasons = at.dataframe[0].value
+    assert list(reasons["config"]) == ["+cuda_graphs"] and "CUDA" in reasons["reason"].iloc[0]
+
+
+def test_runs_page_lists_failures_with_reasons_as_text(monkeypatch, seeded):
+    root, crafted = seeded
+    at = _page(monkeypatch, root, "runs")
     df = at.dataframe[0].value
-    assert set(df["run_id"]) == {real, crafted}
+    assert len(df) == 11  # 5 cells x 2 repeats + the crafted failure
     row = df.set_index("run_id").loc[crafted]
     assert row["status"] == "failed" and row["reason"] == f"RuntimeError: {XSS}"
-    assert df.set_index("run_id").loc[real, "status"] == "finished"
-    # user strings are data in a dataframe, never markdown/HTML elements
-    assert all(XSS not in m.value for m in at.markdown)
+    assert set(df["status"]) == {"finished", "unsupported", "failed"}
+    assert _no_markdown_with(at, XSS)
 
 
-def test_runs_page_status_filter(monkeypatch, seeded):
-    root, real, crafted = seeded
-    at = _app(monkeypatch, root)
+def test_runs_page_filters(monkeypatch, seeded):
+    root, crafted = seeded
+    at = _page(monkeypatch, root, "runs")
     status = next(m for m in at.multiselect if m.label == "status")
     status.set_value(["failed"]).run()
     assert list(at.dataframe[0].value["run_id"]) == [crafted]
+    status.set_value(["unsupported"]).run()
+    assert set(at.dataframe[0].value["config"]) == {"+cuda_graphs"}
+
+
+def test_run_detail_of_a_failed_run_shows_reason_verbatim(monkeypatch, seeded):
+    root, crafted = seeded
+    at = _page(monkeypatch, root, "run_detail")
+    at.selectbox[0].set_value(crafted).run()
+    assert not at.exception
+    assert any(c.value == f"RuntimeError: {XSS}" for c in at.code)
+    assert _no_markdown_with(at, XSS)
+    assert len(at.get("plotly_chart")) >= 4  # loss vs step/time, eval, histogram, MLLOG timeline
+
+
+def test_compare_two_runs_diffs_config_and_gives_verdict(monkeypatch, seeded):
+    root, _ = seeded
+    at = _page(monkeypatch, root, "compare")
+    frames = report.records_frame(root / "runs")
+    frames = frames[frames["status"] == "finished"]
+    a = frames[frames["toggles.channels_last"] == "False"].iloc[0]["run_id"]
+    b = frames[frames["toggles.channels_last"] == "True"].iloc[0]["run_id"]
+    at.selectbox[0].set_value(a).run()
+    at.selectbox[1].set_value(b).run()
+    frames = [d.value for d in at.dataframe]  # config diff, [environment diff,] metrics
+    config_diff, metrics = frames[0], frames[-1]
+    assert "toggles.channels_last" in set(config_diff["key"])
+    if len(frames) == 2:  # same machine, same libraries: the environment diff is empty
+        assert any(c.value == "identical" for c in at.caption)
+    step = metrics.set_index("metric").loc["step time (B speedup over A)"]
+    assert step["verdict"] in ("faster", "slower", "within noise")

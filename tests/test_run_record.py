@@ -121,3 +121,24 @@ def test_sigterm_leaves_killed_record_with_steps(env):
     assert rec["summary"]["median_step_s"] > 0  # the samples so far are summarised
     log = (metrics.parent / schema.MLPERF_LOG).read_text()
     assert '"key": "run_stop"' in log and '"status": "aborted"' in log
+
+
+def test_crashed_process_record_is_finalized_by_ingest(env, tmp_path):
+    """A run that dies without finishing its record (here SIGKILL, as a segfault or the OOM
+    killer would) is closed as failed by the next ingest, never left `running` forever."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "cosmoflow", "--no-ingest",
+                             "--set", "steps=100000"], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while time.time() < deadline and not (run_dirs(env) and (run_dirs(env)[0] / schema.METRICS).exists()
+                                          and (run_dirs(env)[0] / schema.METRICS).read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait(timeout=30)
+    (d,) = run_dirs(env)
+    assert schema.read_record(d)["status"]["status"] == "running"
+    uri = f"sqlite:///{tmp_path / 'orphan.db'}"
+    assert ingest_run(d, uri) == "added"
+    st = schema.read_record(d)["status"]
+    assert st["status"] == "failed" and f"process {st['pid']} died" in st["reason"]
+    assert load_runs(uri).iloc[0]["status"] == "failed"

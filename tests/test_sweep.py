@@ -49,7 +49,7 @@ def test_default_repeats_at_least_five(tmp_path):
 @pytest.mark.parametrize("text, fragment", [
     ("workloads: [cosmoflow]\nrepeat: 3\n", "s.yaml:2: repeat: unknown key"),
     ("workloads: [cosmoflow]\ntoggles: [nhwc]\n", "nhwc: unknown toggle; valid toggles: dali, channels_last"),
-    ("workloads: [bert]\n", "unknown workload 'bert'; valid workloads: cosmoflow"),
+    ("workloads: [bert]\n", "unknown workload 'bert'; valid workloads: cosmoflow, deepcam, lm"),
     ("workloads: [cosmoflow]\nrepeats: two\n", "s.yaml:2: repeats: expected an integer >= 1"),
     ("workloads: [cosmoflow]\nbase:\n  stepz: 3\n", "s.yaml:3: stepz: unknown config key(s) ['stepz']"),
     ("workloads: [cosmoflow]\nbase:\n  toggles: {compile: sure}\n", "s.yaml:3: compile: toggles.compile expects a bool"),

@@ -21,7 +21,6 @@ class Size(Protocol):
     batch_size: int          # default global batch size (samples)
     n_train: int             # synthetic training samples written to disk
     n_val: int               # synthetic validation samples
-    quality_target: float    # documented target for this size (MLPerf's at full size)
 
 
 class Workload(Protocol):
@@ -31,6 +30,7 @@ class Workload(Protocol):
     higher_is_better: bool         # False for MAE / loss, True for IoU
     channels_last_dims: int | None  # 4 (NHWC), 5 (NDHWC) or None when channels_last doesn't apply
     unsupported_toggles: Mapping[str, str]  # toggle -> reason this workload can't do it
+    data_format: str               # one line: the on-disk format the generator writes
 
     def build_model(self, size: Size) -> "nn.Module": ...
 
@@ -41,8 +41,11 @@ class Workload(Protocol):
     def write_dataset(self, root: Path, size: Size, seed: int) -> None:
         """Write learnable synthetic data in the real on-disk format under root/{train,val}."""
 
-    def files(self, root: Path, split: str) -> Sequence[Path]:
-        """The per-sample files of a split, sorted (the index space of the sample order)."""
+    def n_samples(self, root: Path, split: str, size: Size) -> int:
+        """Samples in a split: the index space of the harness's sample order."""
+
+    def quality_target(self, size: Size, root: Path) -> float:
+        """The target for this size and dataset (e.g. an LM's entropy rate + margin)."""
 
     def torch_loader(self, root: Path, split: str, size: Size,
                      batches: Iterable[Sequence[int]]) -> Iterable[tuple["torch.Tensor", "torch.Tensor"]]:

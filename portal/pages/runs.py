@@ -6,21 +6,17 @@ import streamlit as st
 from portal import data
 
 st.title("Runs")
-data.refresh_button()
-df = data.runs(data.tracking_uri())
-if df.empty:
-    data.empty_state()
-    st.stop()
+df = data.load_or_stop()
 
-cols = st.columns(3)
-pick = {}
-for col, key in zip(cols, ("workload", "status", "device")):
-    options = sorted(df[key].dropna().astype(str).unique())
-    pick[key] = col.multiselect(key, options, default=options)
-view = df[df["workload"].astype(str).isin(pick["workload"]) & df["status"].astype(str).isin(pick["status"])
-          & df["device"].astype(str).isin(pick["device"])]
-shown = [c for c in ("started", "run_id", "workload", "size", "device", "toggles_on", "status", "reason",
+FILTERS = ("workload", "size", "device", "status", "config", "sweep_name")
+cols = st.columns(len(FILTERS))
+view = df
+for col, key in zip(cols, FILTERS):
+    options = sorted(df[key].fillna("").astype(str).unique())
+    picked = col.multiselect(key, options, default=options)
+    view = view[view[key].fillna("").astype(str).isin(picked)]
+shown = [c for c in ("started", "run_id", "workload", "size", "device", "config", "status", "reason",
                      "median_step_s", "samples_per_s", "quality", "git_sha", "host", "slurm_job_id", "sweep")
          if c in view.columns]
 st.caption(f"{len(view)} of {len(df)} runs")
-st.dataframe(view[shown], hide_index=True, use_container_width=True)
+st.dataframe(view[shown], hide_index=True, width="stretch")

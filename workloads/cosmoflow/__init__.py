@@ -21,6 +21,7 @@ class CosmoFlow:
     channels_last_dims: int = 5          # NDHWC: torch.channels_last_3d
     unsupported_toggles: dict = field(default_factory=dict)
     mlperf_benchmark: str = "cosmoflow"  # submission_benchmark for the HPC compliance checker
+    data_format: str = "one .npy per sample: data-N.npy int16 (D, H, W, 4) counts + label-N.npy float32[4]; loaders apply log1p (on the device)"
     mlperf_quality_key: str = "eval_error"
 
     # model ------------------------------------------------------------------------------------
@@ -52,6 +53,12 @@ class CosmoFlow:
     def write_dataset(self, root: Path, size: CosmoFlowSize, seed: int) -> None:
         from workloads.cosmoflow.synth import write_dataset
         write_dataset(root, size, seed)
+
+    def quality_target(self, size: CosmoFlowSize, root: Path) -> float:
+        return size.quality_target
+
+    def n_samples(self, root: Path, split: str, size: CosmoFlowSize) -> int:
+        return len(self.files(root, split))
 
     def files(self, root: Path, split: str) -> list[Path]:
         from workloads.cosmoflow.loaders import data_files

@@ -36,7 +36,7 @@ SIZES = {
     # tiny: documented target 0.25 MAE vs 0.5 for predicting the mean (uniform targets in [-1,1])
     "tiny": CosmoFlowSize("tiny", side=32, conv_layers=4, base_channels=8, fc1=64, fc2=32,
                           dropout=0.0, batch_size=8, n_train=384, n_val=96, quality_target=0.25,
-                          base_lr=0.02, base_batch=8, warmup_epochs=1, decay_epochs=(8, 12),
+                          base_lr=0.005, base_batch=8, warmup_epochs=1, decay_epochs=(8, 12),
                           decay_factors=(0.5, 0.25)),
     "small": CosmoFlowSize("small", side=64, conv_layers=5, base_channels=16, fc1=128, fc2=64,
                            dropout=0.0, batch_size=16, n_train=512, n_val=128, quality_target=0.2,

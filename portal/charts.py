@@ -1,0 +1,36 @@
+"""Plotly figures. Titles and labels use only our own names (workloads, toggles), never
+user-provided strings: plotly text accepts a subset of HTML."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+VERDICT_COLORS = {"faster": "#2e7d32", "slower": "#c62828", "within noise": "#9e9e9e", "baseline": "#1565c0"}
+
+
+def speedup_bars(t: pd.DataFrame, title: str) -> go.Figure:
+    """Speedup per configuration with 95% CI error bars and a line at 1.0 (slowdowns < 1)."""
+    t = t.dropna(subset=["speedup"])
+    # plain lists, not numpy arrays: the figure spec stays readable JSON (no base64 typed arrays)
+    fig = go.Figure(go.Bar(
+        x=t["config"].tolist(), y=t["speedup"].tolist(),
+        marker_color=[VERDICT_COLORS.get(v, "#9e9e9e") for v in t["verdict"]],
+        error_y=dict(type="data", symmetric=False, array=(t["ci_hi"] - t["speedup"]).tolist(),
+                     arrayminus=(t["speedup"] - t["ci_lo"]).tolist()),
+        hovertemplate="%{x}: %{y:.2f}x<extra></extra>"))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="black", annotation_text="baseline 1.0x")
+    fig.update_layout(title=title, yaxis_title="speedup over baseline (x)", height=380, margin=dict(t=50, b=40))
+    return fig
+
+
+def attribution_bars(a: pd.DataFrame, title: str) -> go.Figure:
+    fig = go.Figure()
+    for col, lo, hi, name in (("add_one_in", "add_lo", "add_hi", "add-one-in (gain alone)"),
+                              ("leave_one_out", "loo_lo", "loo_hi", "leave-one-out (loss from all-on)")):
+        if col in a:
+            fig.add_bar(x=a["toggle"].tolist(), y=a[col].tolist(), name=name,
+                        error_y=dict(type="data", symmetric=False, array=(a[hi] - a[col]).tolist(),
+                                     arrayminus=(a[col] - a[lo]).tolist()))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="black")
+    fig.update_layout(title=title, barmode="group", yaxis_title="speedup (x)", height=380)
+    return fig

@@ -1,0 +1,37 @@
+"""Overview: what each optimization buys, per workload and device, with 95% CIs."""
+from __future__ import annotations
+
+import streamlit as st
+
+from portal import charts, data
+
+st.title("Overview: what each optimization buys")
+df = data.load_or_stop()
+sweeps = sorted(df["sweep"].dropna().unique(), reverse=True)
+sweeps = [s for s in sweeps if s]
+if not sweeps:
+    st.info("No sweep runs yet: speedups need a baseline measured in the same sweep. Run `make demo`.")
+    st.stop()
+sweep = st.selectbox("sweep", sweeps, help="a sweep instance: name@start time")
+view = df[df["sweep"] == sweep]
+table = data.speedups(view)
+st.caption("speedup = median(baseline step time) / median(configuration step time); error bars are "
+           "bootstrap 95% CIs over runs and steps. Below 1.0 means slower. Failed, unsupported and "
+           "fail_accuracy configurations have no bar; their reasons are listed below the chart.")
+for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
+    st.subheader(f"{wl} / {size} on {device}")
+    st.plotly_chart(charts.speedup_bars(t, f"{wl} {size} ({device})"), width="stretch")
+    missing = t[t["speedup"].isna()] if "speedup" in t else t
+    if len(missing):
+        st.dataframe(missing[["config", "status", "reason"]], hide_index=True, width="stretch")
+geo = data.geomeans(view)
+if not geo.empty:
+    st.subheader("Geomean across workloads")
+    st.dataframe(geo, hide_index=True, width="stretch")
+ttt = df[df.get("mode", "throughput") == "ttt"] if "mode" in df else df.iloc[0:0]
+st.subheader("Time-to-train")
+if ttt.empty:
+    st.caption("No time-to-train runs yet (`python -m harness run WORKLOAD --mode ttt`).")
+else:
+    st.dataframe(ttt[[c for c in ("run_id", "workload", "size", "status", "train_time_s", "quality")
+                      if c in ttt]], hide_index=True, width="stretch")

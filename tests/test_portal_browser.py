@@ -1,0 +1,78 @@
+"""One real-browser check: the portal served by `streamlit run` on a free loopback port,
+every page loaded in headless Debian Chromium (driven by Playwright), charts rendered, no
+Streamlit exception block, screenshots saved under test-artifacts/."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_portal import seeded  # noqa: F401  (fixture: a store with a real sweep)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts" / "portal"
+PAGES = {"overview": "", "ablation": "ablation", "runs": "runs", "run_detail": "run_detail", "compare": "compare"}
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def portal_url(seeded):  # noqa: F811
+    root = seeded[0]
+    port = _free_port()
+    env = dict(os.environ, HARNESS_RESULTS=str(root), PYTHONPATH=str(REPO))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "portal" / "app.py"),
+                             "--server.address", "127.0.0.1", "--server.port", str(port),
+                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not become healthy in 60 s")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
+def test_every_page_renders_in_chromium(portal_url):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for name, path in PAGES.items():
+            page.goto(f"{portal_url}/{path}")
+            page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
+            if name in ("overview", "run_detail", "ablation"):
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)  # the chart drew
+            else:
+                page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
+            page.wait_for_timeout(500)
+            assert page.locator("[data-testid='stException']").count() == 0, name
+            page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+        browser.close()
+    assert all((ARTIFACTS / f"{n}.png").stat().st_size > 10_000 for n in PAGES)

@@ -1,0 +1,93 @@
+"""DeepCAM: 3-class per-pixel segmentation of 16-channel climate fields with DeepLabv3+.
+
+Reference: MLPerf HPC DeepCAM (mlcommons/hpc deepcam, PyTorch). Facts:
+../shared/reference/mlperf_hpc.md §1.3. Torch-free at import time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workloads.deepcam.spec import SIZES, DeepCAMSize
+
+# reference class frequencies (train.py) and weights w_c = f_c^-0.125
+CLASS_FREQ = (0.986267818390377, 0.0004578708870701058, 0.01327431072255291)
+CLASS_WEIGHTS = tuple(f ** -0.125 for f in CLASS_FREQ)
+
+
+@dataclass(frozen=True)
+class DeepCAM:
+    name: str = "deepcam"
+    sizes: dict = field(default_factory=lambda: SIZES)
+    quality_metric: str = "iou"
+    higher_is_better: bool = True
+    channels_last_dims: int = 4          # NHWC: torch.channels_last
+    unsupported_toggles: dict = field(default_factory=dict)
+    mlperf_benchmark: str = "deepcam"
+    data_format: str = "one HDF5 per sample: climate/data float32 (H, W, 16) + climate/labels_0 (H, W) in {0,1,2}; stats.h5 with per-channel minval/maxval; npy/ copies for DALI"
+    mlperf_quality_key: str = "eval_accuracy"
+
+    def quality_target(self, size: DeepCAMSize, root: Path) -> float:
+        return size.quality_target
+
+    def build_model(self, size: DeepCAMSize):
+        from workloads.deepcam.model import DeepLabv3Plus
+        return DeepLabv3Plus(size)
+
+    def build_optimizer(self, model, size: DeepCAMSize, global_batch: int, steps_per_epoch: int):
+        from workloads.deepcam.optim import build_optimizer
+        return build_optimizer(model, size)
+
+    def loss(self, output, target):
+        # reference CELoss: weighted per-pixel CE (reduction='none'), then the plain mean
+        import torch
+        import torch.nn.functional as F
+        w = torch.tensor(CLASS_WEIGHTS, device=output.device, dtype=torch.float32)
+        return F.cross_entropy(output.float(), target, weight=w, reduction="none").mean()
+
+    def quality_sums(self, output, target) -> dict[str, float]:
+        from workloads.deepcam.metric import iou_per_sample
+        ious = iou_per_sample(output, target, len(CLASS_FREQ))
+        return {"iou_sum": float(ious.sum()), "count": float(ious.numel())}
+
+    def quality(self, sums) -> float:
+        return sums["iou_sum"] / sums["count"]
+
+    def flops_per_sample(self, size: DeepCAMSize) -> float:
+        from workloads.deepcam.flops import train_flops_per_sample
+        return train_flops_per_sample(size)
+
+    def write_dataset(self, root: Path, size: DeepCAMSize, seed: int) -> None:
+        from workloads.deepcam.synth import write_dataset
+        write_dataset(root, size, seed)
+
+    def n_samples(self, root: Path, split: str, size: DeepCAMSize) -> int:
+        from workloads.deepcam.loaders import h5_files
+        return len(h5_files(root, split))
+
+    def torch_loader(self, root, split, size, batches):
+        from workloads.deepcam.loaders import torch_loader
+        return torch_loader(root, split, size, batches)
+
+    def dali_loader(self, root, split, size, batches, device_id):
+        from workloads.deepcam.loaders import dali_loader
+        return dali_loader(root, split, size, batches, device_id)
+
+    def to_model_input(self, x):
+        # N,H,W,C as stored -> logical N,C,H,W; a view whose memory is already channels_last
+        return x.permute(0, 3, 1, 2)
+
+    def preprocess(self, x):
+        return x  # normalised by the loaders (per-channel min-max from stats.h5)
+
+    def mlperf_hyperparameters(self, size: DeepCAMSize, global_batch: int) -> dict[str, Any]:
+        return {"global_batch_size": global_batch, "batchnorm_group_size": 1,
+                "gradient_accumulation_frequency": 1, "opt_name": "AdamW", "opt_lr": size.lr,
+                "opt_betas": [0.9, 0.999], "opt_eps": 1e-6, "opt_weight_decay": size.weight_decay,
+                "scheduler_type": "multistep", "scheduler_milestones": list(size.milestones),
+                "scheduler_decay_rate": size.decay_rate, "scheduler_lr_warmup_steps": size.warmup_steps,
+                "scheduler_lr_warmup_factor": 1.0}
+
+
+WORKLOAD = DeepCAM()

@@ -1,0 +1,108 @@
+"""DeepCAM loaders. The PyTorch path reads the HDF5 files (as the reference); the DALI path reads
+NVIDIA's numpy conversion of the same samples with fn.readers.numpy. Both normalise each
+channel to (x - min) / (max - min) with stats.h5 and yield float32 N,H,W,C plus int64 labels."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from harness.errors import DataError
+from workloads.deepcam.spec import DeepCAMSize
+from workloads.manifest import listed_files
+
+
+def h5_files(root: Path, split: str) -> list[Path]:
+    files = listed_files(root, split, "data-")
+    if files is None:
+        files = sorted((root / split).glob("data-*.h5"))
+    if not files:
+        raise DataError(f"no data files in {root / split} (expected data-*.h5)")
+    return files
+
+
+def stats(root: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(minval, 1 / (maxval - minval)) per channel, float32."""
+    import h5py
+    try:
+        with h5py.File(root / "stats.h5", "r") as f:
+            lo, hi = f["climate/minval"][...], f["climate/maxval"][...]
+    except (OSError, KeyError) as e:
+        raise DataError(f"unreadable stats file {root / 'stats.h5'}: {e}") from None
+    return lo.astype(np.float32), (1.0 / (hi - lo)).astype(np.float32)
+
+
+class _H5Batches(torch.utils.data.Dataset):
+    def __init__(self, root: Path, split: str, size: DeepCAMSize):
+        self.files = h5_files(root, split)
+        self.size = size
+        self.lo, self.inv = stats(root)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, idx: Sequence[int]):
+        import h5py
+        s = self.size
+        x = np.empty((len(idx), *s.input_shape), np.float32)
+        y = np.empty((len(idx), s.height, s.width), np.int32)
+        for j, i in enumerate(idx):
+            path = self.files[i]
+            try:
+                with h5py.File(path, "r") as f:
+                    d, lab = f["climate/data"], f["climate/labels_0"]
+                    if d.shape != s.input_shape or lab.shape != (s.height, s.width):
+                        raise DataError(f"wrong array in {path}: expected data {s.input_shape} and labels "
+                                        f"{(s.height, s.width)}, found {d.shape} and {lab.shape}")
+                    d.read_direct(x[j])       # straight into the batch buffer
+                    lab.read_direct(y[j])
+            except FileNotFoundError:
+                raise DataError(f"cannot open data file {path}: missing") from None
+            except (OSError, KeyError) as e:
+                raise DataError(f"unreadable HDF5 file {path}: {str(e).splitlines()[0]}") from None
+        x -= self.lo       # per-channel min-max normalisation, in place
+        x *= self.inv
+        return torch.from_numpy(x), torch.from_numpy(y).long()
+
+
+def torch_loader(root: Path, split: str, size: DeepCAMSize, batches: Iterable[Sequence[int]]):
+    return torch.utils.data.DataLoader(_H5Batches(root, split, size), sampler=batches, batch_size=None,
+                                       num_workers=0)
+
+
+def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Sequence[int]],
+                device_id: int | None):
+    """NVIDIA's dali-numpy pipeline: data and label readers over the same file sequence,
+    .gpu() when there is a GPU, fn.normalize(mean=min, stddev=max-min), labels cast to int64."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    names = [p.name[:-len(".h5")] for p in h5_files(root, split)]
+    seq = [i for b in batches for i in b]
+    if not seq:
+        return iter(())
+    npy = root / "npy" / split
+    data = [str(npy / f"{names[i]}.npy") for i in seq]
+    labels = [str(npy / f"label-{names[i][len('data-'):]}.npy") for i in seq]
+    lo, inv = stats(root)
+
+    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=2, device_id=device_id,
+                  prefetch_queue_depth=2, exec_dynamic=True)
+    def pipe():
+        x = fn.readers.numpy(files=data, random_shuffle=False, pad_last_batch=True, name="data")
+        y = fn.readers.numpy(files=labels, random_shuffle=False, pad_last_batch=True)
+        if device_id is not None:
+            x, y = x.gpu(), y.gpu()
+        x = fn.normalize(x, mean=lo.reshape(1, 1, -1), stddev=(1.0 / inv).reshape(1, 1, -1), axes=[0, 1])
+        return x, fn.cast(y, dtype=types.INT64)
+
+    p = pipe()
+    try:
+        p.build()
+    except RuntimeError as e:
+        raise DataError(f"DALI could not open {split} data under {npy}: {str(e).splitlines()[0]}") from None
+    it = DALIGenericIterator([p], ["x", "y"], reader_name="data", last_batch_policy=LastBatchPolicy.PARTIAL,
+                             auto_reset=False)
+    return ((b[0]["x"], b[0]["y"]) for b in it)

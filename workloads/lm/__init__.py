@@ -1,0 +1,95 @@
+"""LM: a GPT-style causal decoder on token shards from a seeded Markov source.
+
+The source's
+entropy rate is an exact lower bound on the validation loss. Torch-free at import time."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workloads.lm.spec import SIZES_RAW, LMSize
+
+
+def n_params_no_pos(s: LMSize) -> int:
+    """N of PaLM appendix B: all parameters except the position embeddings (the tied token
+    embedding counts once). Per layer: LN 2d, QKV d*3d+3d, proj d*d+d, LN 2d, MLP 8d^2+5d."""
+    d = s.d_model
+    return s.vocab * d + s.n_layer * (12 * d * d + 13 * d) + 2 * d
+
+
+@dataclass(frozen=True)
+class LM:
+    name: str = "lm"
+    sizes: dict = field(default_factory=lambda: SIZES_RAW)
+    quality_metric: str = "val_loss"      # nats/token (log perplexity), MLPerf LLM convention
+    higher_is_better: bool = False
+    channels_last_dims: None = None      # no convolutions: the NHWC toggle does not apply
+    unsupported_toggles: dict = field(default_factory=dict)
+    mlperf_benchmark: str = "lm"
+    data_format: str = "uint16 token shards (shard-N.npy), 1024 windows of seq_len+1 tokens each; source.json gives the Markov source's entropy rate"
+    mlperf_quality_key: str = "eval_accuracy"
+
+    def quality_target(self, size: LMSize, root: Path) -> float:
+        """Entropy rate of this dataset's source + the size's margin (nats/token)."""
+        src = json.loads((Path(root) / "source.json").read_text())
+        return src["entropy_rate_nats"] + size.target_margin
+
+    def build_model(self, size: LMSize):
+        from workloads.lm.model import GPT
+        return GPT(size)
+
+    def build_optimizer(self, model, size: LMSize, global_batch: int, steps_per_epoch: int):
+        from workloads.lm.optim import build_optimizer
+        return build_optimizer(model, size)
+
+    def loss(self, output, target):
+        import torch.nn.functional as F
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), target.reshape(-1))
+
+    def quality_sums(self, output, target) -> dict[str, float]:
+        import torch.nn.functional as F
+        nll = F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), target.reshape(-1), reduction="sum")
+        return {"nll": float(nll), "tokens": float(target.numel())}
+
+    def quality(self, sums) -> float:
+        return sums["nll"] / sums["tokens"]
+
+    def flops_per_sample(self, size: LMSize) -> float:
+        """Per sequence of T tokens: T * (6N + 12*L*H*Q*T), PaLM appendix B (nanoGPT
+        estimate_mfu): 6N for the matmuls with weights (fwd+bwd), 12LHQT for attention's
+        QK^T and AV (fwd+bwd, full T x T as PaLM counts it)."""
+        q = size.d_model // size.n_head
+        return size.seq_len * (6 * n_params_no_pos(size) + 12 * size.n_layer * size.n_head * q * size.seq_len)
+
+    def write_dataset(self, root: Path, size: LMSize, seed: int) -> None:
+        from workloads.lm.markov import write_dataset
+        write_dataset(root, size, seed)
+
+    def n_samples(self, root: Path, split: str, size: LMSize) -> int:
+        from workloads.lm.loaders import n_windows
+        return n_windows(root, split, size)
+
+    def torch_loader(self, root, split, size, batches):
+        from workloads.lm.loaders import torch_loader
+        return torch_loader(root, split, size, batches)
+
+    def dali_loader(self, root, split, size, batches, device_id):
+        from workloads.lm.loaders import dali_loader
+        return dali_loader(root, split, size, batches, device_id)
+
+    def to_model_input(self, x):
+        return x
+
+    def preprocess(self, x):
+        return x
+
+    def mlperf_hyperparameters(self, size: LMSize, global_batch: int) -> dict[str, Any]:
+        return {"global_batch_size": global_batch, "opt_name": "adamw", "opt_base_learning_rate": size.lr,
+                "opt_learning_rate_warmup_steps": size.warmup_steps, "opt_learning_rate_decay_steps": size.decay_steps,
+                "opt_learning_rate_decay_schedule": "cosine", "opt_adamw_beta_1": 0.9, "opt_adamw_beta_2": 0.95,
+                "opt_adamw_weight_decay": size.weight_decay, "max_sequence_length": size.seq_len}
+
+
+WORKLOAD = LM()

@@ -1,0 +1,76 @@
+"""GPT-style decoder (nanoGPT architecture): learned positional embeddings, pre-LayerNorm
+blocks, causal multi-head attention through scaled_dot_product_attention, GELU MLP (4x),
+token embedding tied to the output projection. Single-device; toggles applied outside."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workloads.lm.spec import LMSize
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, s: LMSize):
+        super().__init__()
+        self.n_head = s.n_head
+        self.c_attn = nn.Linear(s.d_model, 3 * s.d_model)
+        self.c_proj = nn.Linear(s.d_model, s.d_model)
+        self.dropout = s.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, s: LMSize):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(s.d_model)
+        self.attn = CausalSelfAttention(s)
+        self.ln_2 = nn.LayerNorm(s.d_model)
+        self.mlp = nn.Sequential(nn.Linear(s.d_model, 4 * s.d_model), nn.GELU(),
+                                 nn.Linear(4 * s.d_model, s.d_model), nn.Dropout(s.dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, s: LMSize):
+        super().__init__()
+        self.wte = nn.Embedding(s.vocab, s.d_model)
+        self.wpe = nn.Embedding(s.seq_len, s.d_model)
+        self.drop = nn.Dropout(s.dropout)
+        self.h = nn.ModuleList(Block(s) for _ in range(s.n_layer))
+        self.ln_f = nn.LayerNorm(s.d_model)
+        self.lm_head = nn.Linear(s.d_model, s.vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2: scaled init of residual projections
+            if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * s.n_layer))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))  # logits (B, T, vocab)

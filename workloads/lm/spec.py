@@ -1,0 +1,47 @@
+"""LM sizes: a nanoGPT-style decoder from `tiny` (trains in seconds on CPU) to GPT-2 small."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LMSize:
+    name: str
+    n_layer: int
+    n_head: int
+    d_model: int
+    seq_len: int              # context T
+    vocab: int                # model vocabulary (GPT-2: 50257 padded to 50304)
+    source_vocab: int         # states of the Markov source that writes the data (<= vocab)
+    successors: int           # non-zero transitions per state
+    batch_size: int
+    train_tokens: int
+    val_tokens: int
+    lr: float
+    warmup_steps: int
+    decay_steps: int          # cosine horizon
+    target_margin: float      # quality target = entropy rate + margin (nats/token)
+    dropout: float = 0.0
+    weight_decay: float = 0.1
+    quality_target: float = 0.0   # filled from the source's entropy rate (see targets.py)
+
+    @property
+    def n_train(self) -> int:
+        return self.train_tokens // (self.seq_len + 1)
+
+    @property
+    def n_val(self) -> int:
+        return self.val_tokens // (self.seq_len + 1)
+
+
+SIZES_RAW = {
+    "tiny": LMSize("tiny", n_layer=2, n_head=2, d_model=64, seq_len=64, vocab=64, source_vocab=64, successors=4,
+                   batch_size=16, train_tokens=1 << 20, val_tokens=1 << 15, lr=3e-3, warmup_steps=20,
+                   decay_steps=2000, target_margin=0.05),
+    "small": LMSize("small", n_layer=6, n_head=6, d_model=384, seq_len=256, vocab=512, source_vocab=512,
+                    successors=8, batch_size=32, train_tokens=1 << 22, val_tokens=1 << 17, lr=1e-3,
+                    warmup_steps=100, decay_steps=5000, target_margin=0.05, dropout=0.0),
+    "gpt2": LMSize("gpt2", n_layer=12, n_head=12, d_model=768, seq_len=1024, vocab=50304, source_vocab=4096,
+                   successors=16, batch_size=8, train_tokens=1 << 23, val_tokens=1 << 19, lr=6e-4,
+                   warmup_steps=200, decay_steps=20000, target_margin=0.05),
+}
