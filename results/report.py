@@ -77,15 +77,21 @@ def _finished_samples(g: pd.DataFrame) -> dict[str, list[list[float]]]:
     return out
 
 
+def _labelled_groups(df: pd.DataFrame):
+    """(group key, group rows with a `config` label, finished samples per config) per
+    workload/size/device."""
+    df = df.assign(config=label_configs(df))
+    for key, g in df.groupby(GROUP, dropna=False):
+        yield key, g, _finished_samples(g)
+
+
 def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     """Rows: workload, size, device, config, runs, status, median_step_ms, speedup, ci_lo,
     ci_hi, verdict, reason. Speedups only for finished runs with a finished baseline."""
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(config=label_configs(df))
     out = []
-    for key, g in df.groupby(GROUP, dropna=False):
-        samples = _finished_samples(g)
+    for key, g, samples in _labelled_groups(df):
         base_runs = samples.get("baseline")
         for config, c in g.groupby("config", sort=False):
             row = dict(zip(GROUP, key), config=config, runs=len(c),
@@ -107,10 +113,8 @@ def attribution_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFr
     all_on-t). When they differ, the toggle interacts with the others."""
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(config=label_configs(df))
     out = []
-    for key, g in df.groupby(GROUP, dropna=False):
-        samples = _finished_samples(g)
+    for key, _, samples in _labelled_groups(df):
         toggles = sorted({c.split("-", 1)[1] for c in samples if c.startswith("all_on-")} |
                          {c[1:].split("=")[0] for c in samples if c.startswith("+")})
         for t in toggles:
@@ -130,10 +134,8 @@ def geomean_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     """Per device and config: geomean speedup across workloads (each at its own size), with CI."""
     if df.empty:
         return pd.DataFrame()
-    df = df.assign(config=label_configs(df))
     pairs: dict[tuple[str, str], list] = {}
-    for (wl, size, device), g in df.groupby(GROUP, dropna=False):
-        samples = _finished_samples(g)
+    for (_, _, device), _, samples in _labelled_groups(df):
         for config, runs in samples.items():
             if config != "baseline" and "baseline" in samples:
                 pairs.setdefault((device, config), []).append((samples["baseline"], runs))

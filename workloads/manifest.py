@@ -43,3 +43,16 @@ def listed_files(root: Path, split: str, prefix: str) -> list[Path] | None:
         return None
     start = f"{split}/{prefix}"
     return [root / name for name in sorted(read_manifest(root)["files"]) if name.startswith(start)]
+
+
+def split_files(root: Path, split: str, prefix: str, suffix: str) -> list[Path]:
+    """The split's sample files: the manifest's list, or (no manifest: e.g. converted real
+    data) the files present. None found is a DataError naming the folder."""
+    from harness.errors import DataError
+
+    files = listed_files(root, split, prefix)
+    if files is None:
+        files = sorted((Path(root) / split).glob(f"{prefix}*{suffix}"))
+    if not files:
+        raise DataError(f"no data files in {Path(root) / split} (expected {prefix}*{suffix})")
+    return files

@@ -10,17 +10,12 @@ import torch
 
 from harness.errors import DataError
 from workloads.cosmoflow.spec import CosmoFlowSize
-from workloads.manifest import listed_files
+from workloads.manifest import split_files
 from workloads.npy_io import read_npy_into
 
 
 def data_files(root: Path, split: str) -> list[Path]:
-    files = listed_files(root, split, "data-")
-    if files is None:  # a dataset without manifest (e.g. converted real data): what is there
-        files = sorted((root / split).glob("data-*.npy"))
-    if not files:
-        raise DataError(f"no data files in {root / split} (expected data-*.npy)")
-    return files
+    return split_files(root, split, "data-", ".npy")
 
 
 def _label_file(p: Path) -> Path:

@@ -11,16 +11,11 @@ import torch
 
 from harness.errors import DataError
 from workloads.deepcam.spec import DeepCAMSize
-from workloads.manifest import listed_files
+from workloads.manifest import split_files
 
 
 def h5_files(root: Path, split: str) -> list[Path]:
-    files = listed_files(root, split, "data-")
-    if files is None:
-        files = sorted((root / split).glob("data-*.h5"))
-    if not files:
-        raise DataError(f"no data files in {root / split} (expected data-*.h5)")
-    return files
+    return split_files(root, split, "data-", ".h5")
 
 
 def stats(root: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -11,16 +11,11 @@ import torch
 from harness.errors import DataError
 from workloads.lm.markov import SHARD_WINDOWS
 from workloads.lm.spec import LMSize
-from workloads.manifest import listed_files
+from workloads.manifest import split_files
 
 
 def shard_files(root: Path, split: str) -> list[Path]:
-    files = listed_files(root, split, "shard-")
-    if files is None:
-        files = sorted((root / split).glob("shard-*.npy"))
-    if not files:
-        raise DataError(f"no token shards in {root / split} (expected shard-*.npy)")
-    return files
+    return split_files(root, split, "shard-", ".npy")
 
 
 def _open_shard(path: Path, window: int) -> np.ndarray:
