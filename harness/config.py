@@ -90,6 +90,9 @@ class RunConfig:
     """torch.compile mode, used when toggles.compile is on."""
     threads: int = 0
     """torch intra-op threads; 0 keeps torch's default (one per core)."""
+    prefetch: int = -1
+    """Batches loaded ahead in a background thread; -1 = auto: 2 on cuda (loading overlaps GPU
+    compute), 0 on cpu (the loader would compete with torch's threads for the same cores)."""
     data_dir: str = ""
     """Dataset directory; empty = data/<workload>/<size>-d<data_seed> under the repo."""
     toggles: Toggles = field(default_factory=Toggles)
@@ -114,6 +117,8 @@ class RunConfig:
         for name in ("steps",):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.prefetch < -1:
+            raise UsageError(f"prefetch must be >= -1 (-1 = auto); got {self.prefetch}")
         for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
