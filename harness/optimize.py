@@ -109,7 +109,8 @@ class TrainStep:
         return loss.detach()
 
     def __call__(self, x, y) -> torch.Tensor:
-        self.model.train()
+        if not self.eval_model.training:  # evaluation left it in eval mode; avoid a per-step module walk
+            self.model.train()
         if self.cfg.toggles.cuda_graphs:
             if self._graph is None:
                 self._graph = _GraphedStep(self, x, y)
