@@ -49,10 +49,9 @@ def _default_device() -> str:
 
 
 def cmd_run(args) -> int:
-    cfg = RunConfig(workload=args.workload, size=args.size, mode=args.mode)
-    cfg = cfg.with_overrides([f"device={_default_device()}"] if not any(
-        s.startswith("device=") for s in args.sets) else [])
-    cfg = cfg.with_overrides(args.sets)
+    # default device from torch; an explicit --set device=... still wins
+    cfg = RunConfig(workload=args.workload, size=args.size, mode=args.mode,
+                    device=_default_device()).with_overrides(args.sets)
     from harness import runner
     out = runner.execute(cfg)
     if out.dir is None:  # not rank 0
@@ -95,8 +94,8 @@ def cmd_info(name: str) -> int:
         with torch.device("meta"):  # count parameters without allocating them
             params = sum(p.numel() for p in wl.build_model(size).parameters())
         shape = getattr(size, "input_shape", None) or (size.seq_len,)
-        target = (f"{size.quality_target}" if getattr(size, "quality_target", 0) else
-                  f"entropy rate of the data + {size.target_margin} nats/token")
+        target = (f"entropy rate of the data + {size.target_margin} nats/token"
+                  if hasattr(size, "target_margin") else f"{size.quality_target}")
         print(f"  {size.name:<6} input {tuple(shape)}  params {params:,}  "
               f"train GFLOP/sample {wl.flops_per_sample(size) / 1e9:,.3f}  batch {size.batch_size}  target {target}")
     print(f"data format: {wl.data_format}")

@@ -26,10 +26,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFETCH_DEPTH = 2  # batches queued ahead of the training step, when prefetching
 
 
-def dataset_root(cfg: RunConfig) -> Path:
+def dataset_root(cfg: RunConfig, base: Path | None = None) -> Path:
+    """cfg.data_dir, else <base>/<workload>/<size>-d<data_seed> with base = HARNESS_DATA or ./data."""
     if cfg.data_dir:
         return Path(cfg.data_dir)
-    base = Path(os.environ.get("HARNESS_DATA", REPO_ROOT / "data"))
+    base = Path(base or os.environ.get("HARNESS_DATA", REPO_ROOT / "data"))
     return base / cfg.workload / f"{cfg.size}-d{cfg.data_seed}"
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+import staging
 from harness.config import RunConfig
 from harness.errors import Unsupported
 
@@ -35,9 +36,9 @@ def unsupported_reason(cfg: RunConfig, workload) -> str | None:
         return "cuda_graphs needs a CUDA device (torch.cuda.CUDAGraph); this run is on CPU"
     if t.amp == "fp16" and cfg.device != "cuda":
         return "amp=fp16 needs CUDA (GradScaler for fp16 gradients); use amp=bf16 on CPU"
-    if t.mpi_staging:
-        from staging import NOT_BUILT
-        return NOT_BUILT
+    staging_reason = staging.unsupported_reason(cfg)  # staging/ owns the mpi_staging toggle
+    if staging_reason:
+        return staging_reason
     if t.channels_last and workload.channels_last_dims is None:
         return f"channels_last does not apply to {workload.name} (no convolution inputs)"
     return None

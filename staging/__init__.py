@@ -6,3 +6,8 @@ records `unsupported` with that reason rather than silently reading the global c
 from __future__ import annotations
 
 NOT_BUILT = "mpi_staging: MPI data staging is not implemented yet in this harness version"
+
+
+def unsupported_reason(cfg) -> str | None:
+    """Why the staging this configuration asks for can't run here, or None."""
+    return NOT_BUILT if cfg.toggles.mpi_staging else None

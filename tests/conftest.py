@@ -31,5 +31,16 @@ def harness(env: dict[str, str], *args: str, timeout: float = 600, **kw) -> subp
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def tiny_dataset(data_root: Path, name: str) -> Path:
+    """The workload's default tiny dataset under the session's data root, generated once."""
+    from harness import data, registry
+    from harness.config import RunConfig
+    cfg = RunConfig(workload=name)
+    wl = registry.get(name)
+    root = data.dataset_root(cfg, base=data_root)
+    data.ensure_dataset(wl, wl.sizes["tiny"], root, cfg.data_seed)
+    return root
+
+
 def run_dirs(env: dict[str, str]) -> list[Path]:
     return sorted((Path(env["HARNESS_RESULTS"]) / "runs").glob("*"))

@@ -9,18 +9,13 @@ import pytest
 import torch
 
 from harness import data, registry
-from harness.config import RunConfig
 from harness.errors import DataError
-from tests.conftest import harness, run_dirs
+from tests.conftest import harness, run_dirs, tiny_dataset
 
 
 @pytest.fixture(scope="module")
 def tiny_root(data_root) -> Path:
-    cfg = RunConfig(workload="cosmoflow")
-    wl = registry.get("cosmoflow")
-    root = data_root / "cosmoflow" / f"tiny-d{cfg.data_seed}"
-    data.ensure_dataset(wl, wl.sizes["tiny"], root, cfg.data_seed)
-    return root
+    return tiny_dataset(data_root, "cosmoflow")
 
 
 def test_epoch_batches_shard_disjointly_and_cover():

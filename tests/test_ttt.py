@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness import data, registry, runner
+from harness import registry, runner
 from harness.config import RunConfig
 from results import schema
+from tests.conftest import tiny_dataset
 
 CAPS = {"lm": 1500, "cosmoflow": 1000, "deepcam": 600}   # step caps, well above what is needed
 
@@ -34,9 +35,7 @@ def test_tiny_reaches_target(name, tmp_path, data_root, monkeypatch):
 def test_deepcam_target_beats_predicting_background(data_root):
     wl = registry.get("deepcam")
     size = wl.sizes["tiny"]
-    cfg = RunConfig(workload="deepcam")
-    root = data_root / "deepcam" / f"tiny-d{cfg.data_seed}"
-    data.ensure_dataset(wl, size, root, cfg.data_seed)
+    root = tiny_dataset(data_root, "deepcam")
     n = wl.n_samples(root, "val", size)
     sums = {"iou_sum": 0.0, "count": 0.0}
     for _, y in wl.torch_loader(root, "val", size, [list(range(n))]):
@@ -51,10 +50,8 @@ def test_deepcam_target_beats_predicting_background(data_root):
 def test_lm_target_is_above_the_entropy_bound(data_root):
     wl = registry.get("lm")
     size = wl.sizes["tiny"]
-    cfg = RunConfig(workload="lm")
-    root = data_root / "lm" / f"tiny-d{cfg.data_seed}"
-    data.ensure_dataset(wl, size, root, cfg.data_seed)
+    root = tiny_dataset(data_root, "lm")
     from workloads.lm.markov import build_source, entropy_rate
-    h = entropy_rate(*build_source(size.source_vocab, size.successors, cfg.data_seed))
+    h = entropy_rate(*build_source(size.source_vocab, size.successors, RunConfig(workload="lm").data_seed))
     assert wl.quality_target(size, root) == pytest.approx(h + size.target_margin)
     assert h < np.log(size.source_vocab)  # the source is far from uniform: there is something to learn

@@ -16,6 +16,7 @@ from harness import data, registry, runner
 from harness.config import RunConfig
 from harness.optimize import TrainStep
 from results import schema
+from tests.conftest import tiny_dataset
 
 NAMES = registry.names()
 GOLDEN = Path(__file__).parent / "golden"
@@ -26,14 +27,7 @@ LARGER = {"cosmoflow": "small", "deepcam": "small", "lm": "small"}
 
 @pytest.fixture(scope="module")
 def roots(data_root):
-    out = {}
-    for name in NAMES:
-        wl = registry.get(name)
-        cfg = RunConfig(workload=name)
-        root = data_root / name / f"tiny-d{cfg.data_seed}"
-        data.ensure_dataset(wl, wl.sizes["tiny"], root, cfg.data_seed)
-        out[name] = root
-    return out
+    return {name: tiny_dataset(data_root, name) for name in NAMES}
 
 
 def _first_batch(wl, root, n=4):

@@ -23,7 +23,6 @@ class LMSize:
     target_margin: float      # quality target = entropy rate + margin (nats/token)
     dropout: float = 0.0
     weight_decay: float = 0.1
-    quality_target: float = 0.0   # filled from the source's entropy rate (see targets.py)
 
     @property
     def n_train(self) -> int:
