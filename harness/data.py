@@ -54,13 +54,18 @@ def ensure_dataset(workload, size, root: Path, seed: int) -> None:
 
 def epoch_batches(n: int, batch: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
                   shuffle: bool = True, drop_last: bool = True) -> list[list[int]]:
-    """Index batches of one epoch for one rank: a permutation seeded by (seed, epoch), split into
-    `world` contiguous shards of equal length, each cut into batches of `batch`."""
+    """Index batches of one epoch for one rank, from a permutation seeded by (seed, epoch).
+
+    Training (drop_last): the permutation is cut into global batches of batch x world and rank r
+    takes slice r of each, so step k trains on the same global batch at any rank count (DDP
+    with the same global batch reproduces the one-rank loss curve). Evaluation (drop_last
+    False): rank r takes every world-th sample, no padding, so each sample is counted once."""
     order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
-    per_rank = n // world if drop_last else -(-n // world)
-    shard = order[rank * per_rank:(rank + 1) * per_rank].tolist()
-    stop = len(shard) - len(shard) % batch if drop_last else len(shard)
-    return [shard[i:i + batch] for i in range(0, stop, batch)]
+    if not drop_last:
+        shard = order[rank::world].tolist()
+        return [shard[i:i + batch] for i in range(0, len(shard), batch)]
+    g = batch * world
+    return [order[i + rank * batch:i + (rank + 1) * batch].tolist() for i in range(0, n - g + 1, g)]
 
 
 def train_plan(n: int, batch: int, seed: int, total_steps: int, rank: int = 0,

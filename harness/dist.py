@@ -1,9 +1,21 @@
-"""Rank, world size and local rank from whichever launcher started us: torchrun (RANK/
+"""Ranks and the data-parallel process group.
+
+Rank, world size and local rank come from whichever launcher started us: torchrun (RANK/
 WORLD_SIZE/LOCAL_RANK), srun (SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID) or MPICH's mpiexec
-(PMI_RANK/PMI_SIZE/MPI_LOCALRANKID). A plain `python -m harness run` is rank 0 of 1."""
+(PMI_RANK/PMI_SIZE/MPI_LOCALRANKID). A plain `python -m harness run` is rank 0 of 1.
+
+The rendezvous address: torchrun sets MASTER_ADDR/MASTER_PORT itself; under an MPI launcher
+rank 0 picks a free port and broadcasts it with mpi4py; under srun without MPI the first node
+of the allocation and a port derived from the job id are used. gloo on CPU, NCCL on CUDA.
+A peer that dies makes the others' next collective fail (connection closed), and a peer that
+hangs is bounded by HARNESS_DIST_TIMEOUT seconds, so a run never waits forever.
+"""
 from __future__ import annotations
 
+import datetime
 import os
+import socket
+import subprocess
 from dataclasses import dataclass
 
 _LAUNCHERS = (  # (rank, world, local rank) variables, most specific first
@@ -12,6 +24,8 @@ _LAUNCHERS = (  # (rank, world, local rank) variables, most specific first
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 )
+_MPI_LAUNCHERS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
+DEFAULT_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -25,9 +39,104 @@ class DistInfo:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def mpi(self) -> bool:
+        """Started by an MPI launcher (mpiexec), so mpi4py's COMM_WORLD spans all ranks."""
+        return self.launcher in _MPI_LAUNCHERS
+
 
 def from_env(env=os.environ) -> DistInfo:
     for r, w, lr in _LAUNCHERS:
         if r in env and w in env:
             return DistInfo(int(env[r]), int(env[w]), int(env.get(lr, 0)), launcher=r)
     return DistInfo()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _rendezvous(info: DistInfo) -> tuple[str, str]:
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    if info.mpi:
+        from mpi4py import MPI
+        addr = (socket.gethostbyname(socket.gethostname()), str(_free_port())) if info.is_main else None
+        return MPI.COMM_WORLD.bcast(addr, root=0)
+    if "SLURM_JOB_NODELIST" in os.environ:
+        first = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                               capture_output=True, text=True, check=True).stdout.split()[0]
+        return first, str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000)
+    return "127.0.0.1", "29500"
+
+
+def init(info: DistInfo, device: str):
+    """Join the process group (world > 1); returns torch.distributed, or None for one rank."""
+    if info.world == 1:
+        return None
+    import torch.distributed as td
+
+    addr, port = _rendezvous(info)
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=port)
+    timeout = datetime.timedelta(seconds=float(os.environ.get("HARNESS_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+    td.init_process_group("nccl" if device == "cuda" else "gloo", rank=info.rank,
+                          world_size=info.world, timeout=timeout)
+    return td
+
+
+def shutdown() -> None:
+    import torch.distributed as td
+    if td.is_available() and td.is_initialized():
+        td.destroy_process_group()
+
+
+def node_count(info: DistInfo) -> int:
+    """Distinct hosts among the ranks."""
+    if info.world == 1:
+        return 1
+    import torch.distributed as td
+    names: list = [None] * info.world
+    td.all_gather_object(names, socket.gethostname())
+    return len(set(names))
+
+
+def step_stats(info: DistInfo, loss: float, step_s: float, data_s: float) -> tuple[float, list[float], list[float]]:
+    """(loss of the global batch = mean over ranks, every rank's step time, every rank's data
+    wait). One small all_gather per step, outside the timed region."""
+    if info.world == 1:
+        return loss, [step_s], [data_s]
+    import torch
+    import torch.distributed as td
+    mine = torch.tensor([loss, step_s, data_s], dtype=torch.float64)
+    every = [torch.empty_like(mine) for _ in range(info.world)]
+    td.all_gather(every, mine)
+    rows = torch.stack(every).tolist()
+    return sum(r[0] for r in rows) / info.world, [r[1] for r in rows], [r[2] for r in rows]
+
+
+def sum_across_ranks(info: DistInfo, sums: dict[str, float]) -> dict[str, float]:
+    """Exact reduction of a workload's quality sums (each rank evaluated disjoint samples)."""
+    if info.world == 1:
+        return sums
+    import torch
+    import torch.distributed as td
+    keys = sorted(sums)
+    t = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+    td.all_reduce(t)
+    return dict(zip(keys, t.tolist()))
+
+
+def average_bn_stats(info: DistInfo, model) -> None:
+    """Average BatchNorm running statistics across ranks before validation, as the DeepCAM
+    reference does (utils/bnstats.py), so every rank evaluates the same model."""
+    if info.world == 1:
+        return
+    import torch
+    import torch.distributed as td
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            for buf in (m.running_mean, m.running_var):
+                td.all_reduce(buf)
+                buf.div_(info.world)

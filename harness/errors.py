@@ -5,7 +5,12 @@ class Unsupported(RuntimeError):
     """This configuration cannot run here (e.g. CUDA Graphs on a CPU machine). Status `unsupported`."""
 
 
-class DataError(RuntimeError):
+class BadInput(RuntimeError):
+    """The run was asked for something this setup can't give (e.g. ranks=4 under a 2-rank
+    launch, an unwritable staging directory). Status `failed`; the CLI exits 2."""
+
+
+class DataError(BadInput):
     """A missing, truncated or corrupt data file. The message names the file. Status `failed`."""
 
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import staging
 from harness import data
+from harness import dist as dist_mod
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.mlperf_log import K
@@ -45,6 +47,7 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
                                  shuffle=False, drop_last=False)
     loader = data.make_loader(cfg, workload, size, root, "val", batches, dist.local_rank)
     model = ts.eval_model
+    dist_mod.average_bn_stats(dist, model)
     model.eval()
     sums: dict[str, float] = {}
     for x, y in loader:
@@ -53,7 +56,7 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
             out = model(x)
         for k, v in workload.quality_sums(out, y).items():
             sums[k] = sums.get(k, 0.0) + v
-    return workload.quality(sums)
+    return workload.quality(dist_mod.sum_across_ranks(dist, sums))
 
 
 def _reached(q: float, target: float, higher_is_better: bool) -> bool:
@@ -64,6 +67,8 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     """Run one configuration, filling `rec` (steps, evals, info, MLLOG)."""
     ml = rec.mllog
     size = workload.sizes[cfg.size]
+    if cfg.device == "cuda":
+        torch.cuda.set_device(dist.local_rank)
     device = torch.device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -71,17 +76,20 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     if global_batch % dist.world:
         raise ValueError(f"batch_size {global_batch} is not divisible by {dist.world} ranks")
     local_batch = global_batch // dist.world
-    root = data.dataset_root(cfg)
+    source_root = data.dataset_root(cfg)
+    nodes = dist_mod.node_count(dist)
 
     ml.event(K.CACHE_CLEAR, False)  # page cache is not dropped (needs privileges); said so honestly
     ml.start(K.INIT_START)
     for key, value in (("submission_benchmark", getattr(workload, "mlperf_benchmark", workload.name)),
                        ("submission_org", "mlperf-harness"), ("submission_division", "open"),
                        ("submission_status", "research"), ("submission_platform", cfg.device),
-                       ("number_of_nodes", 1), ("accelerators_per_node", dist.world if cfg.device == "cuda" else 0),
+                       ("number_of_nodes", nodes),
+                       ("accelerators_per_node", dist.world // nodes if cfg.device == "cuda" else 0),
                        ("seed", cfg.seed)):
         ml.event(key, value)
     _seed_everything(cfg.seed)
+    root = staging.prepare(cfg, dist, source_root, ml, rec.info)  # v3.0 rules: staging inside init
     n_train = workload.n_samples(root, "train", size)
     n_val = workload.n_samples(root, "val", size)
     target = workload.quality_target(size, root)
@@ -89,12 +97,13 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, total, dist.rank, dist.world)
     model = workload.build_model(size)
     opt, sched = workload.build_optimizer(model, size, global_batch, steps_per_epoch)
-    ts = TrainStep(cfg, workload, model, opt, sched)
+    ts = TrainStep(cfg, workload, model, opt, sched, world=dist.world)
     for key, value in workload.mlperf_hyperparameters(size, global_batch).items():
         ml.event(key, value)
     ml.event(K.TRAIN_SAMPLES, n_train)
     ml.event(K.EVAL_SAMPLES, n_val)
-    rec.info.update(global_batch=global_batch, local_batch=local_batch, world=dist.world,
+    rec.info.update(global_batch=global_batch, local_batch=local_batch, world=dist.world, nodes=nodes,
+                    launcher=dist.launcher,
                     steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val,
                     flops_per_sample=workload.flops_per_sample(size),
                     quality_metric=workload.quality_metric, quality_target=target,
@@ -119,9 +128,14 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
             loss = ts(*ts.prepare(x, y))
             sync(device)  # device sync point: the step is finished before the clock is read
             t2 = now()
-            loss_v = float(loss)
+            # global-batch loss and every rank's times: one small all_gather, outside the timing
+            loss_v, rank_step, rank_data = dist_mod.step_stats(dist, float(loss), t2 - t0, t1 - t0)
             phase = "warmup" if i < cfg.warmup_steps else "steady"
-            rec.log_step(step=i, phase=phase, t=t2 - run_start_pc, step_s=t2 - t0, data_s=t1 - t0, loss=loss_v)
+            row = dict(step=i, phase=phase, t=t2 - run_start_pc, loss=loss_v,
+                       step_s=max(rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
+            if dist.world > 1:
+                row.update(rank_step_s=rank_step, rank_data_s=rank_data)
+            rec.log_step(**row)
             if not math.isfinite(loss_v):
                 raise Diverged(f"loss is {loss_v} at step {i}")
             done = i + 1

@@ -4,8 +4,9 @@
   2. channels_last                        model + every input batch in NHWC / NDHWC
   3. amp                                  autocast(bf16|fp16) around forward + loss;
                                           fp16 adds a GradScaler (CUDA only)
-  4. compile                              torch.compile(model, mode=cfg.compile_mode)
-  5. cuda_graphs                          capture of the whole step (fwd, loss, bwd, optimizer)
+  4. data parallel (not a toggle)         DistributedDataParallel when launched with > 1 rank
+  5. compile                              torch.compile(model, mode=cfg.compile_mode)
+  6. cuda_graphs                          capture of the whole step (fwd, loss, bwd, optimizer)
                                           with static input buffers, replayed per step (CUDA only)
 
 The only module that reads toggles.channels_last, amp, compile and cuda_graphs. A toggle that
@@ -39,6 +40,8 @@ def unsupported_reason(cfg: RunConfig, workload) -> str | None:
     staging_reason = staging.unsupported_reason(cfg)  # staging/ owns the mpi_staging toggle
     if staging_reason:
         return staging_reason
+    if t.cuda_graphs and cfg.ranks > 1:
+        return "cuda_graphs with more than one rank: capturing DDP's gradient all-reduce is not built yet"
     if t.channels_last and workload.channels_last_dims is None:
         return f"channels_last does not apply to {workload.name} (no convolution inputs)"
     return None
@@ -54,7 +57,8 @@ class TrainStep:
     """`step(x, y) -> loss` runs one optimizer step. `prepare(x, y)` moves and lays out a
     loader batch for it; `eval_model` is the un-compiled, un-captured model for evaluation."""
 
-    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler):
+    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler,
+                 world: int = 1):
         self.cfg, self.workload = cfg, workload
         self.device = torch.device(cfg.device)
         self.optimizer, self.scheduler = optimizer, scheduler
@@ -69,9 +73,14 @@ class TrainStep:
         # 3. amp
         self.autocast = self._autocast()
         self.scaler = torch.amp.GradScaler("cuda") if cfg.toggles.amp == "fp16" else None
-        # 4. compile (lazy: the first warm-up step pays the compile time)
-        self.model = torch.compile(model, mode=cfg.compile_mode) if cfg.toggles.compile else model
-        # 5. cuda_graphs (captured on the first call, after eager warm-up on a side stream)
+        # 4. data parallel: gradients averaged across ranks in backward (bucketed all-reduce)
+        train_model = model
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+            train_model = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if self.device.type == "cuda" else None)
+        # 5. compile (lazy: the first warm-up step pays the compile time)
+        self.model = torch.compile(train_model, mode=cfg.compile_mode) if cfg.toggles.compile else train_model
+        # 6. cuda_graphs (captured on the first call, after eager warm-up on a side stream)
         self._graph: _GraphedStep | None = None
         self._step: Callable = self._eager_step
 

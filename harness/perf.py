@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness import data, envinfo, loop, registry
+from harness import data, envinfo, loop, perf_mpi, registry
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.record import RunRecord
@@ -174,7 +174,8 @@ def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps:
 
 
 BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": loader_throughput,
-              "data_wait_share": data_wait_share}
+              "data_wait_share": data_wait_share, "staging_throughput": perf_mpi.staging_throughput,
+              "ddp_scaling": perf_mpi.ddp_scaling}
 
 
 def main(argv: list[str] | None = None) -> int:

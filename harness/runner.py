@@ -6,6 +6,7 @@ the samples so far are kept). Whatever happens, the record is finished before we
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from harness import dist as dist_mod
 from harness import envinfo, registry
 from harness.config import RunConfig
-from harness.errors import DataError, Killed, Unsupported
+from harness.errors import BadInput, Killed, Unsupported
 from harness.record import NullRecord, RunRecord
 from results import schema
 
@@ -57,10 +58,15 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
     root = root or results_root()
     dist = dist_mod.from_env()
     workload = registry.get(cfg.workload)
+    launched = cfg.ranks or dist.world
+    cfg = dataclasses.replace(cfg, ranks=dist.world)  # the launched count is part of what was measured
     rec = RunRecord(root / "runs", cfg, envinfo.capture()) if dist.is_main else NullRecord()
     status, reason, bad_input = schema.FAILED, "", False
     with _signals_raise_killed():
         try:
+            if launched != dist.world:
+                raise BadInput(f"ranks={launched} but the launcher ({dist.launcher}) started {dist.world}")
+            dist_mod.init(dist, cfg.device)
             reason = optimize.unsupported_reason(cfg, workload) or ""
             if reason:
                 raise Unsupported(reason)
@@ -77,13 +83,16 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             status, reason = schema.KILLED, f"{e} after {len(rec.steps)} steps"
         except Unsupported as e:
             status, reason = schema.UNSUPPORTED, str(e)
-        except DataError as e:
+        except BadInput as e:
             status, reason, bad_input = schema.FAILED, str(e), True
         except Exception as e:  # noqa: BLE001 - any crash still leaves a record
             status, reason = schema.FAILED, f"{type(e).__name__}: {e}".splitlines()[0]
+            if dist.world > 1 and "remote worker" in reason:  # gloo's words for a dead or hung peer
+                reason = f"another rank died or hung: {reason}"
             traceback.print_exc(file=sys.stderr)
         finally:
             rec.finish(status, reason)
+            dist_mod.shutdown()
     return Outcome(rec.run_id, rec.dir, status, reason, bad_input)
 
 

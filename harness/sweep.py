@@ -155,7 +155,9 @@ def plan(sweep: Sweep, device: str) -> list[tuple[str, RunConfig]]:
     for wl_name in sweep.workloads:
         wl = registry.get(wl_name)
         for size in sweep.sizes:
-            base_cfg = RunConfig.from_dict({"device": device, **sweep.base, "workload": wl_name,
+            # ranks explicit (a local sweep runs one process per cell): the planned variant hash
+            # is then the recorded one, which resume and the gate look records up by
+            base_cfg = RunConfig.from_dict({"device": device, "ranks": 1, **sweep.base, "workload": wl_name,
                                             "size": size, "sweep": sweep.name})
             applicable = {t for t in sweep.toggles if optimize.unsupported_reason(
                 dataclasses.replace(base_cfg, toggles=dataclasses.replace(

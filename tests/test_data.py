@@ -21,12 +21,23 @@ def tiny_root(data_root) -> Path:
 def test_epoch_batches_shard_disjointly_and_cover():
     shards = [data.epoch_batches(100, 8, seed=3, epoch=0, rank=r, world=4) for r in range(4)]
     flat = [i for s in shards for b in s for i in b]
-    assert len(flat) == len(set(flat)) == 4 * 24  # 25 per rank, 3 full batches of 8
+    assert len(flat) == len(set(flat)) == 3 * 32  # 3 full global batches of 4 x 8
     assert all(len(b) == 8 for s in shards for b in s)
     assert data.epoch_batches(100, 8, 3, 0) == data.epoch_batches(100, 8, 3, 0)
     assert data.epoch_batches(100, 8, 3, 0) != data.epoch_batches(100, 8, 3, 1)
     val = data.epoch_batches(10, 4, 0, 0, shuffle=False, drop_last=False)
     assert val == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    val2 = [data.epoch_batches(11, 4, 0, 0, rank=r, world=2, shuffle=False, drop_last=False) for r in range(2)]
+    assert sorted(i for s in val2 for b in s for i in b) == list(range(11))  # each sample once, no padding
+
+
+def test_ranks_split_the_same_global_batches():
+    """Step k trains on the same samples at 1, 2 or 4 ranks with the same global batch, so DDP
+    reproduces the one-rank loss curve."""
+    one = data.epoch_batches(100, 16, seed=7, epoch=2)
+    for world in (2, 4):
+        parts = [data.epoch_batches(100, 16 // world, seed=7, epoch=2, rank=r, world=world) for r in range(world)]
+        assert [sum((p[k] for p in parts), []) for k in range(len(one))] == one
 
 
 def test_train_plan_spans_epochs():

@@ -1,0 +1,104 @@
+"""Site files: what a cluster needs rendered into #SBATCH scripts (harness/sites/*.yaml).
+
+Nothing about a cluster is hard-coded; a site file holds it. Unknown keys and wrong types are
+UsageErrors naming the file, line and key.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from harness.config import UsageError
+
+SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
+
+
+@dataclass(frozen=True)
+class Site:
+    partition: str
+    """Slurm partition (-p); checked against `sinfo` before anything is submitted."""
+    account: str = ""
+    """Slurm account (-A); empty: none."""
+    time: str = "00:30:00"
+    """Time limit per array task (--time)."""
+    nodes: int = 1
+    ntasks_per_node: int = 1
+    """Ranks per node: a task with > 1 rank in total is launched through `launcher`."""
+    gpus_per_node: int = 0
+    cpus_per_task: int = 0
+    """0: Slurm's default."""
+    launcher: str = "srun"
+    """How multi-rank tasks start their ranks: srun (--mpi=pmi2) or mpiexec."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run first in every job: `module load ...`, `source venv/bin/activate` ..."""
+    python: str = "python3"
+    """Interpreter inside the job (after `setup`)."""
+    results_dir: str = ""
+    """Where records are written; must be on a filesystem every node sees. Empty: this repo's results/."""
+    data_dir: str = ""
+    """Dataset root (HARNESS_DATA) on the shared filesystem. Empty: this repo's data/."""
+    stage_dir: str = ""
+    """Node-local directory for mpi_staging (HARNESS_STAGE_DIR). Empty: /tmp/harness-stage."""
+    tracking_uri: str = ""
+    """MLflow tracking server (http://host:5000) for live logging; empty: ingest into the sqlite
+    store next to the records in the dependent job."""
+    max_array_size: int = 0
+    """Split arrays to respect MaxArraySize; 0: ask `scontrol show config`."""
+    signal_seconds: int = 60
+    """SIGTERM this many seconds before the time limit (--signal=B:TERM@N): a `killed` record."""
+    poll_seconds: float = 30.0
+    """Minimum seconds between squeue/sacct polls when waiting (schedulers throttle heavy pollers)."""
+    extra_sbatch: list[str] = field(default_factory=list)
+    """More #SBATCH options, verbatim (e.g. --constraint=a100, --exclusive)."""
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ntasks_per_node
+
+
+_TYPES = {f.name: f.type for f in fields(Site)}
+
+
+def _line(text: str, key: str) -> int:
+    for n, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*{re.escape(key)}\s*:", line):
+            return n
+    return 0
+
+
+def load(name_or_path: str) -> Site:
+    path = Path(name_or_path)
+    if not path.suffix:  # a bare name: harness/sites/<name>.yaml
+        path = SITES_DIR / f"{name_or_path}.yaml"
+    known = sorted(p.stem for p in SITES_DIR.glob("*.yaml"))
+    try:
+        text = path.read_text()
+    except OSError:
+        raise UsageError(f"site file {path} not found; sites: {', '.join(known)} (or a path to a .yaml)") from None
+    try:
+        d = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise UsageError(f"{path}: expected a mapping of site keys")
+    for key, value in d.items():
+        where = f"{path}:{_line(text, str(key))}: {key}"
+        if key not in _TYPES:
+            raise UsageError(f"{where}: unknown site key; valid keys: {', '.join(_TYPES)}")
+        want = _TYPES[key]
+        ok = {"str": isinstance(value, str), "int": isinstance(value, int) and not isinstance(value, bool),
+              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+              "list[str]": isinstance(value, list) and all(isinstance(x, str) for x in value)}[want]
+        if not ok:
+            raise UsageError(f"{where}: expected {want}; got {value!r}")
+    if "partition" not in d:
+        raise UsageError(f"{path}: partition is required")
+    site = Site(**d)
+    if site.launcher not in ("srun", "mpiexec"):
+        raise UsageError(f"{path}:{_line(text, 'launcher')}: launcher: must be srun or mpiexec; got {site.launcher!r}")
+    if site.nodes < 1 or site.ntasks_per_node < 1:
+        raise UsageError(f"{path}: nodes and ntasks_per_node must be >= 1")
+    return site
