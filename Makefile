@@ -8,11 +8,14 @@ PY      := $(VENV)/bin/python
 # torch build: the CPU wheel on disk here; on GPU clusters e.g. TORCH="torch==2.13.0 --index-url ..."
 TORCH   ?= torch==2.13.0
 SWEEP   ?= harness/sweeps/demo.yaml
+SITE    ?= local
+TRACKING_PORT ?= 5000
 ADDRESS ?= 127.0.0.1
 PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
-.PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean
+.PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean \
+        submit rerun-failed-slurm slurm-up slurm-down tracking-server
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
@@ -38,7 +41,22 @@ system-deps:            ## Debian packages the tests use: chromium for the porta
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
 	  echo "warning: chromium not installed (needs root): the browser check will be skipped"
 
-test: setup system-deps
+slurm-up: setup          ## a real single-node Slurm on loopback (root; apt-installs slurm + munge once)
+	$(PY) -m harness.launch.local_slurm up
+
+slurm-down:              ## stop the daemons slurm-up started
+	$(PY) -m harness.launch.local_slurm down
+
+submit: setup            ## make submit SWEEP=... [SITE=local|path.yaml] [DRY_RUN=1] [WAIT=1]
+	$(PY) -m harness submit $(SWEEP) --site $(SITE) $(if $(DRY_RUN),--dry-run) $(if $(WAIT),--wait)
+
+rerun-failed-slurm: setup  ## resubmit only the failed/killed cells of the latest SWEEP submission
+	$(PY) -m harness submit $(SWEEP) --site $(SITE) --rerun-failed $(if $(WAIT),--wait)
+
+tracking-server: setup   ## a shared MLflow server (sqlite backend, artifacts under results/) for many writers
+	$(PY) -m results.server --port $(TRACKING_PORT)
+
+test: setup system-deps slurm-up
 	$(PY) -m pytest -q
 
 ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)

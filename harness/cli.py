@@ -40,6 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rerun-failed", action="store_true",
                    help="resume the latest run of this sweep: only cells without a finished record")
     sub.add_parser("demo", help="the CPU ablation demo (harness/sweeps/demo.yaml)")
+
+    b = sub.add_parser("submit", help="run a sweep as Slurm job arrays + a dependent ingest job")
+    b.add_argument("file")
+    b.add_argument("--site", default="local", help="site file: a name in harness/sites/ or a path")
+    b.add_argument("--dry-run", action="store_true", help="print the rendered #SBATCH scripts; submit nothing")
+    b.add_argument("--rerun-failed", action="store_true", help="resubmit only cells without a finished record")
+    b.add_argument("--wait", action="store_true", help="wait for the jobs (rate-limited polling), print the summary")
+    b.add_argument("--repeats", type=int, default=0, help="override the file's repeats")
+    c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
+    c.add_argument("cells")
+    c.add_argument("index", type=int)
     return p
 
 
@@ -52,12 +63,37 @@ def cmd_run(args) -> int:
     # default device from torch; an explicit --set device=... still wins
     cfg = RunConfig(workload=args.workload, size=args.size, mode=args.mode,
                     device=_default_device()).with_overrides(args.sets)
+    return _execute(cfg, ingest=not args.no_ingest)
+
+
+def cmd_cell(args) -> int:
+    """One array task: the cell's config, with its repeat's baseline record (written by the
+    phase-1 array) as the correctness-gate reference. Ingests only when a tracking server is
+    configured; otherwise the sweep's dependent ingest job does it."""
+    import json
+    import os
+
+    from harness import runner, sweep
+    try:
+        entry = json.loads(Path(args.cells).read_text())[args.index]
+    except (OSError, ValueError, IndexError) as e:
+        raise UsageError(f"cannot read cell {args.index} of {args.cells}: {e}") from None
+    cfg = RunConfig.from_dict(entry["config"])
+    if entry["label"] != "baseline":
+        base = sweep.existing_records(runner.results_root() / "runs", cfg.sweep).get(
+            (entry["baseline_variant"], cfg.repeat))
+        if base and base[0] == "finished":
+            cfg = cfg.with_overrides([f"reference_run={base[1]}"])
+    return _execute(cfg, ingest=bool(os.environ.get("MLFLOW_TRACKING_URI")))
+
+
+def _execute(cfg: RunConfig, ingest: bool) -> int:
     from harness import runner
     out = runner.execute(cfg)
     if out.dir is None:  # not rank 0
         return 0
     print(f"{out.status}: {out.run_id} ({out.dir})" + (f": {out.reason}" if out.reason else ""))
-    if not args.no_ingest:
+    if ingest:
         problem = runner.ingest_quietly(out.dir, runner.results_root())
         if problem:
             print(f"warning: MLflow store not updated ({problem}); the record is kept, run `make ingest`",
@@ -111,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list()
         if args.cmd == "info":
             return cmd_info(args.workload)
+        if args.cmd == "cell":
+            return cmd_cell(args)
+        if args.cmd == "submit":
+            from harness.launch import site, slurm
+            return slurm.submit(Path(args.file), site.load(args.site), dry_run=args.dry_run,
+                                rerun_failed=args.rerun_failed, wait=args.wait, repeats=args.repeats)
         from harness import sweep
         if args.cmd == "demo":
             return sweep.main(Path(__file__).parent / "sweeps" / "demo.yaml", repeats=0)

@@ -50,6 +50,11 @@ class RunRecord:
         self.info: dict[str, Any] = {}   # run facts the loop learns (batch, flops, times ...)
         self.finished = False
 
+    def attach(self, src: Path, name: str) -> None:
+        """Copy a file that belongs with the run (e.g. its Slurm script) into the folder."""
+        if src.is_file():
+            (self.dir / name).write_bytes(src.read_bytes())
+
     def log_step(self, **row: Any) -> None:
         row["kind"] = "step"
         self.steps.append(row)
@@ -105,6 +110,7 @@ class NullRecord:
         self.dir = None
         self.run_id = ""
 
+    def attach(self, src: Path, name: str) -> None: ...
     def log_step(self, **row: Any) -> None: ...
     def log_eval(self, **row: Any) -> None: ...
     def finish(self, status: str, reason: str = "") -> None: ...

@@ -61,6 +61,8 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
     launched = cfg.ranks or dist.world
     cfg = dataclasses.replace(cfg, ranks=dist.world)  # the launched count is part of what was measured
     rec = RunRecord(root / "runs", cfg, envinfo.capture()) if dist.is_main else NullRecord()
+    if os.environ.get("HARNESS_SLURM_SCRIPT"):  # the rendered #SBATCH script this task ran under
+        rec.attach(Path(os.environ["HARNESS_SLURM_SCRIPT"]), schema.JOB_SCRIPT)
     status, reason, bad_input = schema.FAILED, "", False
     with _signals_raise_killed():
         try:

@@ -10,6 +10,7 @@ MLflow can always be rebuilt from results/runs/: the records are the source of t
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from results import schema
 
 EXPERIMENT = "mlperf-harness"
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
+COMPLETE_TAG = "ingest_complete"
+RETRIES, BACKOFF_S = 6, 0.5  # waits 0.5, 1, 2, 4, 8 s between attempts (~15 s in all)
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps")
@@ -33,6 +36,7 @@ def _client(uri: str):
 
     from mlflow.tracking import MlflowClient
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # no alembic chatter in CLI output
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
     return MlflowClient(tracking_uri=uri)
 
 
@@ -51,19 +55,34 @@ def experiment_id(client, artifact_root: Path | None = None) -> str:
 
 
 def find_run(client, exp_id: str, run_id: str):
-    hits = client.search_runs([exp_id], filter_string=f"tags.run_id = '{run_id}'", max_results=1)
-    return hits[0] if hits else None
+    """The complete MLflow run of a record, or None. A run left half-written by an ingest that
+    died (no completion tag) is deleted so that the record is ingested again in full."""
+    hits = client.search_runs([exp_id], filter_string=f"tags.run_id = '{run_id}'", max_results=10)
+    done = [h for h in hits if h.data.tags.get(COMPLETE_TAG) == "1"]
+    for h in hits:
+        if h not in done:
+            client.delete_run(h.info.run_id)
+    return done[0] if done else None
 
 
 def sweep_parent(client, exp_id: str, sweep: str) -> str:
-    """The MLflow run that groups a sweep instance's runs (created on first use)."""
-    hits = client.search_runs([exp_id], filter_string=f"tags.kind = 'sweep' and tags.sweep = '{sweep}'",
-                              max_results=1)
-    if hits:
-        return hits[0].info.run_id
-    run = client.create_run(exp_id, tags={"kind": "sweep", "sweep": sweep, "mlflow.runName": f"sweep {sweep}"})
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id
+    """The MLflow run that groups a sweep instance's runs (created on first use). Many ingesters
+    may race to create it: each then keeps the oldest and deletes its own if that lost."""
+    query = f"tags.kind = 'sweep' and tags.sweep = '{sweep}'"
+
+    def oldest():
+        hits = client.search_runs([exp_id], filter_string=query, max_results=100)
+        return min(hits, key=lambda h: (h.info.start_time, h.info.run_id)) if hits else None
+
+    found = oldest()
+    if found:
+        return found.info.run_id
+    mine = client.create_run(exp_id, tags={"kind": "sweep", "sweep": sweep, "mlflow.runName": f"sweep {sweep}"})
+    client.set_terminated(mine.info.run_id, "FINISHED")
+    winner = oldest().info.run_id
+    if winner != mine.info.run_id:
+        client.delete_run(mine.info.run_id)
+    return winner
 
 
 def _tags(rec: dict[str, Any]) -> dict[str, str]:
@@ -76,7 +95,9 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
         "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""),
         "cpu_model": env.get("cpu_model", ""), "gpu_name": env.get("gpu_name") or "",
         "slurm_job_id": slurm.get("SLURM_JOB_ID", ""),
+        "slurm_array_job_id": slurm.get("SLURM_ARRAY_JOB_ID", ""),
         "slurm_array_task_id": slurm.get("SLURM_ARRAY_TASK_ID", ""),
+        "slurm_nodelist": slurm.get("SLURM_JOB_NODELIST", ""),
         "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"], "kind": "run",
         "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
     }
@@ -93,8 +114,23 @@ def _params(cfg: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def ingest_run(run_dir: Path, tracking_uri: str, client=None) -> str:
-    """Ingest one finished record. Returns 'added', 'present' or 'in progress'."""
+def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int = RETRIES) -> str:
+    """Ingest one finished record; returns 'added', 'present' or 'in progress'. A store that is
+    briefly unreachable (a tracking server restarting) is retried with exponential backoff;
+    the record itself is never changed, and a retry finishes or redoes a half-written run."""
+    for attempt in range(attempts):
+        try:
+            return _ingest_once(run_dir, tracking_uri, client)
+        except schema.RecordError:
+            raise
+        except Exception:  # noqa: BLE001 - connection refused, 5xx, "database is locked" ...
+            if attempt == attempts - 1:
+                raise
+            time.sleep(BACKOFF_S * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+def _ingest_once(run_dir: Path, tracking_uri: str, client=None) -> str:
     from mlflow.entities import Metric, Param, RunTag
 
     rec = schema.read_record(Path(run_dir), with_metrics=True)
@@ -130,6 +166,7 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None) -> str:
     client.log_artifacts(rid, str(run_dir))
     client.set_terminated(rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"),
                           end_time=int(st.get("ended", st["started"]) * 1000))
+    client.set_tag(rid, COMPLETE_TAG, "1")  # last: a run without it is redone by the next ingest
     return "added"
 
 

@@ -15,6 +15,7 @@ ENV = "env.json"            # environment: versions, CPU/GPU, host, Slurm, comma
 METRICS = "metrics.jsonl"   # one JSON object per line: kind=step|eval, raw per-step samples
 MLPERF_LOG = "mlperf.log"   # :::MLLOG lines written through mlperf_logging.mllog
 SUMMARY = "summary.json"    # figures derived from metrics.jsonl at the end of the run
+JOB_SCRIPT = "job.sbatch"   # the rendered #SBATCH script, for runs submitted to Slurm
 STATUS = "status.json"      # {"status", "reason", "started", "ended"}; written last
 
 RUNNING = "running"

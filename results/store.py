@@ -27,7 +27,7 @@ def load_runs(tracking_uri: str, experiment: str = EXPERIMENT) -> pd.DataFrame:
     if exp is None:
         return pd.DataFrame(columns=list(_RENAME.values()))
     mlflow.set_tracking_uri(tracking_uri)
-    df = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="tags.kind = 'run'",
+    df = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="tags.kind = 'run' and tags.ingest_complete = '1'",
                             max_results=100_000)
     if df.empty:
         return pd.DataFrame(columns=list(_RENAME.values()))

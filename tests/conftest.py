@@ -22,6 +22,7 @@ def env(tmp_path, data_root) -> dict[str, str]:
     e = dict(os.environ)
     e.pop("MLFLOW_TRACKING_URI", None)
     e.update(HARNESS_RESULTS=str(tmp_path / "results"), HARNESS_DATA=str(data_root),
+             HARNESS_STAGE_DIR=str(tmp_path / "stage"),
              PYTHONPATH=str(REPO), OMP_NUM_THREADS=e.get("OMP_NUM_THREADS", "2"))
     return e
 

@@ -69,7 +69,6 @@ def test_amp_bf16_autocasts_forward():
 @pytest.mark.parametrize("toggles, fragment", [
     ({"cuda_graphs": True}, "cuda_graphs needs a CUDA device"),
     ({"amp": "fp16"}, "amp=fp16 needs CUDA"),
-    ({"mpi_staging": True}, "mpi_staging"),
 ])
 def test_cpu_unsupported_reasons(toggles, fragment):
     if torch.cuda.is_available():

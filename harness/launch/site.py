@@ -5,6 +5,7 @@ UsageErrors naming the file, line and key.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,8 +35,9 @@ class Site:
     """How multi-rank tasks start their ranks: srun (--mpi=pmi2) or mpiexec."""
     setup: list[str] = field(default_factory=list)
     """Shell lines run first in every job: `module load ...`, `source venv/bin/activate` ..."""
-    python: str = "python3"
-    """Interpreter inside the job (after `setup`)."""
+    python: str = ""
+    """Interpreter inside the job (after `setup`). Empty: the one running `submit` (fine where
+    the login node and the compute nodes share the filesystem, as on most clusters)."""
     results_dir: str = ""
     """Where records are written; must be on a filesystem every node sees. Empty: this repo's results/."""
     data_dir: str = ""
@@ -97,6 +99,9 @@ def load(name_or_path: str) -> Site:
     if "partition" not in d:
         raise UsageError(f"{path}: partition is required")
     site = Site(**d)
+    if not site.python:
+        import sys
+        site = dataclasses.replace(site, python=sys.executable)
     if site.launcher not in ("srun", "mpiexec"):
         raise UsageError(f"{path}:{_line(text, 'launcher')}: launcher: must be srun or mpiexec; got {site.launcher!r}")
     if site.nodes < 1 or site.ntasks_per_node < 1:
