@@ -1,0 +1,111 @@
+"""Many writers: a real `mlflow server` (make tracking-server) with 32 concurrent ingesting
+processes, and ingest riding out a server that is briefly down."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+N_WRITERS = 32
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(root: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "results.server", "--dir", str(root), "--port", str(port),
+                             "--workers", "2"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def wait_healthy(port: int, timeout: float = 90) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"mlflow server on port {port} not healthy after {timeout} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    import os
+    import signal
+    os.killpg(proc.pid, signal.SIGTERM)  # uvicorn workers too
+    proc.wait(timeout=30)
+
+
+def make_records(runs: Path, n: int, sweep: str) -> list[Path]:
+    """Real run records (RunRecord writes them as a run would), a few steps each."""
+    from harness.config import RunConfig
+    from harness.record import RunRecord
+    out = []
+    for i in range(n):
+        rec = RunRecord(runs, RunConfig(workload="lm", seed=i + 1, sweep=sweep), {"hostname": "test"})
+        for s in range(5):
+            rec.log_step(step=s, phase="warmup" if s == 0 else "steady", t=0.1 * s, step_s=0.1 + 0.001 * i,
+                         data_s=0.001, loss=4.0 - 0.1 * s)
+        rec.info.update(global_batch=8)
+        rec.finish("finished")
+        out.append(rec.dir)
+    return out
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = free_port()
+    proc = start_server(tmp_path / "tracking", port)
+    try:
+        wait_healthy(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+def test_32_concurrent_ingesters_lose_nothing(server, tmp_path):
+    dirs = make_records(tmp_path / "runs", N_WRITERS, sweep="many@1")
+    code = "import sys; from results.ingest import ingest_run; print(ingest_run(sys.argv[1], sys.argv[2]))"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(d), server], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for d in dirs]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-300:] for _, e in results if e]
+    assert [o.strip() for o, _ in results] == ["added"] * N_WRITERS
+
+    from results.store import load_runs
+    df = load_runs(server)
+    assert sorted(df["run_id"]) == sorted(d.name for d in dirs)
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(server)
+    exp = client.get_experiment_by_name("mlperf-harness")
+    parents = client.search_runs([exp.experiment_id], "tags.kind = 'sweep'")
+    assert len(parents) == 1  # 32 racing creators converge on one sweep parent
+
+
+def test_ingest_waits_out_a_briefly_unreachable_server(tmp_path):
+    (d,) = make_records(tmp_path / "runs", 1, sweep="")
+    port = free_port()
+    code = "import sys; from results.ingest import ingest_run; print(ingest_run(sys.argv[1], sys.argv[2]))"
+    ingest = subprocess.Popen([sys.executable, "-c", code, str(d), f"http://127.0.0.1:{port}"], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**__import__("os").environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
+    time.sleep(3)  # the ingest is already failing and backing off
+    assert ingest.poll() is None
+    proc = start_server(tmp_path / "tracking", port)
+    try:
+        out, err = ingest.communicate(timeout=120)
+        assert ingest.returncode == 0 and out.strip() == "added", err[-500:]
+        assert (d / "status.json").exists()  # the record is untouched
+    finally:
+        stop(proc)
