@@ -15,7 +15,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
 .PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean \
-        submit rerun-failed-slurm slurm-up slurm-down tracking-server
+        submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
@@ -40,6 +40,15 @@ system-deps:            ## Debian packages the tests use: chromium for the porta
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
 	  echo "warning: chromium not installed (needs root): the browser check will be skipped"
+
+ttt: setup               ## make ttt WORKLOAD=cosmoflow RUNS=5 [SIZE=tiny]: time-to-train, olympic score
+	$(PY) -m harness ttt $(or $(WORKLOAD),cosmoflow) --size $(or $(SIZE),tiny) --runs $(or $(RUNS),5)
+
+check-logs: setup        ## the unmodified MLPerf compliance checker on every time-to-train log
+	$(PY) -m harness check-logs
+
+weak: setup              ## make weak WORKLOAD=cosmoflow INSTANCES=2: concurrent instances via mpiexec
+	$(VENV)/bin/mpiexec -n $(or $(INSTANCES),2) $(PY) -m harness weak $(or $(WORKLOAD),cosmoflow) --size $(or $(SIZE),tiny)
 
 slurm-up: setup          ## a real single-node Slurm on loopback (root; apt-installs slurm + munge once)
 	$(PY) -m harness.launch.local_slurm up

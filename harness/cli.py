@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rerun-failed", action="store_true", help="resubmit only cells without a finished record")
     b.add_argument("--wait", action="store_true", help="wait for the jobs (rate-limited polling), print the summary")
     b.add_argument("--repeats", type=int, default=0, help="override the file's repeats")
+    t = sub.add_parser("ttt", help="N seeded time-to-train runs and their MLPerf olympic score")
+    t.add_argument("workload")
+    t.add_argument("--size", default="tiny")
+    t.add_argument("--runs", type=int, default=5)
+    t.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    w = sub.add_parser("weak", help="(under mpiexec/srun) concurrent instances to target: TTTa, models/min")
+    w.add_argument("workload")
+    w.add_argument("--size", default="tiny")
+    w.add_argument("--instance-size", type=int, default=1, help="ranks per instance")
+    w.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    k = sub.add_parser("check-logs", help="run the MLPerf compliance checker on time-to-train logs")
+    k.add_argument("logs", nargs="*", help="mlperf.log files (default: every finished ttt record)")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -147,6 +159,18 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list()
         if args.cmd == "info":
             return cmd_info(args.workload)
+        if args.cmd in ("ttt", "weak"):
+            from harness import campaign, registry
+            wl = registry.get(args.workload)
+            if args.size not in wl.sizes:
+                raise UsageError(f"unknown size {args.size!r} for {args.workload}; valid sizes: {', '.join(wl.sizes)}")
+            if args.cmd == "ttt":
+                return campaign.ttt(args.workload, args.size, args.runs, args.sets, _default_device())
+            return campaign.weak(args.workload, args.size, args.instance_size, args.sets, _default_device())
+        if args.cmd == "check-logs":
+            from harness import compliance
+            from harness.runner import results_root
+            return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)
         if args.cmd == "submit":

@@ -93,6 +93,9 @@ class RunConfig:
     prefetch: int = -1
     """Batches loaded ahead in a background thread; -1 = auto: 2 on cuda (loading overlaps GPU
     compute), 0 on cpu (the loader would compete with torch's threads for the same cores)."""
+    profile_steps: int = 5
+    """Steps of a profiled phase after the timed run (never during it) that splits step time into
+    data wait / compute-bound / memory-bound / optimizer / other (harness/breakdown.py); 0 = off."""
     ranks: int = 0
     """Data-parallel ranks; 0 = as many as the launcher (mpiexec, srun, torchrun) started. The
     harness fills in the launched count before the record is written; a mismatch is an error."""
@@ -122,7 +125,7 @@ class RunConfig:
                 raise UsageError(f"{name} must be >= 1; got {getattr(self, name)}")
         if self.prefetch < -1:
             raise UsageError(f"prefetch must be >= -1 (-1 = auto); got {self.prefetch}")
-        for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks"):
+        for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks", "profile_steps"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
         if self.max_seconds < 0:

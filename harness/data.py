@@ -27,11 +27,13 @@ PREFETCH_DEPTH = 2  # batches queued ahead of the training step, when prefetchin
 
 
 def dataset_root(cfg: RunConfig, base: Path | None = None) -> Path:
-    """cfg.data_dir, else <base>/<workload>/<size>-d<data_seed> with base = HARNESS_DATA or ./data."""
+    """cfg.data_dir, else <base>/<workload>/<size>-d<data_seed>-v<generator version> with
+    base = HARNESS_DATA or ./data."""
     if cfg.data_dir:
         return Path(cfg.data_dir)
+    from harness import registry
     base = Path(base or os.environ.get("HARNESS_DATA", REPO_ROOT / "data"))
-    return base / cfg.workload / f"{cfg.size}-d{cfg.data_seed}"
+    return base / cfg.workload / f"{cfg.size}-d{cfg.data_seed}-v{registry.get(cfg.workload).data_version}"
 
 
 def ensure_dataset(workload, size, root: Path, seed: int) -> None:

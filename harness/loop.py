@@ -100,9 +100,10 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     ts = TrainStep(cfg, workload, model, opt, sched, world=dist.world)
     for key, value in workload.mlperf_hyperparameters(size, global_batch).items():
         ml.event(key, value)
+    ml.event("quality_target", target)  # not an MLLOG constant: the LM rules need it, HPC rules ignore it
     ml.event(K.TRAIN_SAMPLES, n_train)
     ml.event(K.EVAL_SAMPLES, n_val)
-    rec.info.update(global_batch=global_batch, local_batch=local_batch, world=dist.world, nodes=nodes,
+    rec.info.update(device=cfg.device, global_batch=global_batch, local_batch=local_batch, world=dist.world, nodes=nodes,
                     launcher=dist.launcher,
                     steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val,
                     flops_per_sample=workload.flops_per_sample(size),
@@ -160,6 +161,23 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
         ml.end(K.RUN_STOP, status=status)
         rec.info.update(run_stop_ms=int(run_stop * 1000), train_time_s=run_stop - run_start,
                         converged=converged, epochs=epoch)
+    _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec)
+
+
+def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> None:
+    """Measurements that must not touch the timed steps or the MLPerf clock: the bottleneck
+    breakdown (a short profiled phase) and the device's peak FLOP/s for MFU."""
+    from harness import breakdown, peak
+    if cfg.profile_steps:
+        plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
+                                  cfg.profile_steps, dist.rank, dist.world)
+        loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
+        try:
+            rec.info["breakdown"] = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,
+                                                            cfg.profile_steps, cfg.device)
+        finally:
+            loader.close()
+    rec.info.update(peak.for_run(cfg))
 
 
 def _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch_num, step) -> bool:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import data, envinfo, loop, perf_mpi, registry
+from portal import perf as portal_perf
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.record import RunRecord
@@ -175,7 +176,8 @@ def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps:
 
 BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": loader_throughput,
               "data_wait_share": data_wait_share, "staging_throughput": perf_mpi.staging_throughput,
-              "ddp_scaling": perf_mpi.ddp_scaling}
+              "ddp_scaling": perf_mpi.ddp_scaling, "ingest_rate": portal_perf.ingest_rate,
+              "portal_render": portal_perf.portal_render}
 
 
 def main(argv: list[str] | None = None) -> int:

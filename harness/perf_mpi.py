@@ -35,8 +35,9 @@ def _dataset(workload: str, size: str) -> Path:
 
 
 def _timed(cmd: list[str], **kw) -> float:
+    kw.setdefault("stdout", subprocess.DEVNULL)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, **kw)
+    subprocess.run(cmd, check=True, stderr=subprocess.PIPE, **kw)
     return time.perf_counter() - t0
 
 

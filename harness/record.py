@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.config import RunConfig
 from harness.mlperf_log import MLLog, NullMLLog
-from results import schema, stats
+from results import schema, scoring, stats
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -82,10 +82,24 @@ class RunRecord:
                 out["samples_per_s"] = batch / out["median_step_s"]
                 if self.info.get("flops_per_sample"):
                     out["achieved_tflops"] = out["samples_per_s"] * self.info["flops_per_sample"] / 1e12
+                    out.update(self._mfu(out["samples_per_s"]))
         if self.steps:
             out["final_loss"] = self.steps[-1]["loss"]
         if self.evals:
             out["quality"] = self.evals[-1]["quality"]
+        for cls, share in self.info.get("breakdown", {}).get("shares", {}).items():
+            out[f"share_{cls}"] = share
+        return out
+
+    def _mfu(self, samples_per_s: float) -> dict[str, float]:
+        """MFU against the measured and the vendor peak, over all devices of the run (GPUs: one
+        per rank; CPUs: one per node, the ranks share it)."""
+        devices = self.info.get("world", 1) if self.info.get("device") == "cuda" else self.info.get("nodes", 1)
+        out = {}
+        for kind in ("measured", "vendor"):
+            peak = self.info.get(f"peak_flops_{kind}")
+            if peak:
+                out[f"mfu_{kind}_pct"] = scoring.mfu_pct(self.info["flops_per_sample"], samples_per_s, peak * devices)
         return out
 
     def finish(self, status: str, reason: str = "") -> None:
@@ -113,4 +127,15 @@ class NullRecord:
     def attach(self, src: Path, name: str) -> None: ...
     def log_step(self, **row: Any) -> None: ...
     def log_eval(self, **row: Any) -> None: ...
+    def _mfu(self, samples_per_s: float) -> dict[str, float]:
+        """MFU against the measured and the vendor peak, over all devices of the run (GPUs: one
+        per rank; CPUs: one per node, the ranks share it)."""
+        devices = self.info.get("world", 1) if self.info.get("device") == "cuda" else self.info.get("nodes", 1)
+        out = {}
+        for kind in ("measured", "vendor"):
+            peak = self.info.get(f"peak_flops_{kind}")
+            if peak:
+                out[f"mfu_{kind}_pct"] = scoring.mfu_pct(self.info["flops_per_sample"], samples_per_s, peak * devices)
+        return out
+
     def finish(self, status: str, reason: str = "") -> None: ...

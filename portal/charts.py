@@ -34,3 +34,19 @@ def attribution_bars(a: pd.DataFrame, title: str) -> go.Figure:
     fig.add_hline(y=1.0, line_dash="dash", line_color="black")
     fig.update_layout(title=title, barmode="group", yaxis_title="speedup (x)", height=380)
     return fig
+
+
+BREAKDOWN = (("share_data_wait", "data wait", "#8d6e63"), ("share_compute_bound", "compute-bound", "#1565c0"),
+             ("share_memory_bound", "memory-bound", "#ef6c00"), ("share_optimizer", "optimizer", "#6a1b9a"),
+             ("share_other", "other", "#9e9e9e"))
+
+
+def breakdown_bars(b: pd.DataFrame, title: str) -> go.Figure:
+    """Stacked shares of profiled step time per configuration (median over its runs), in %."""
+    fig = go.Figure()
+    for col, name, color in BREAKDOWN:
+        if col in b:
+            fig.add_bar(x=b["config"].tolist(), y=(100 * b[col]).round(1).tolist(), name=name, marker_color=color)
+    fig.update_layout(title=title, barmode="stack", yaxis_title="share of step time (%)", yaxis_range=[0, 100],
+                      height=380)
+    return fig

@@ -47,6 +47,11 @@ def geomeans(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=CACHE_TTL_S)
+def ttt_scores(df: pd.DataFrame) -> pd.DataFrame:
+    return report.ttt_table(df)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
 def samples(record_dir: str, phase: str = "steady") -> list[float]:
     try:
         return step_samples(record_dir, phase)
@@ -62,7 +67,12 @@ def compare_samples(a: list[list[float]], b: list[list[float]]) -> dict:
 
 
 def refresh_button() -> None:
-    if st.sidebar.button("Refresh data", help="re-read the MLflow store"):
+    if st.sidebar.button("Refresh data", help="re-read the run index (kept current by ingest)"):
+        st.cache_data.clear()
+    if st.sidebar.button("Re-read MLflow", help="rebuild the run index with a full MLflow search "
+                         "(runs logged from other machines straight to a tracking server)"):
+        from results import store
+        store.reindex(tracking_uri(), store.index_path(tracking_uri()))
         st.cache_data.clear()
 
 

@@ -11,7 +11,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="results")
-    p.add_argument("cmd", choices=["ingest", "summary"])
+    p.add_argument("cmd", choices=["ingest", "summary", "reindex"])
     p.add_argument("--results", default=os.environ.get("HARNESS_RESULTS", str(REPO_ROOT / "results")),
                    help="results directory holding runs/ (default: HARNESS_RESULTS or ./results)")
     p.add_argument("--sweep", default="demo")
@@ -23,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from results.ingest import default_tracking_uri, ingest_all
     uri = default_tracking_uri(root)
+    if args.cmd == "reindex":
+        from results import store
+        df = store.reindex(uri, store.index_path(uri))
+        print(f"run index rebuilt from {uri}: {len(df)} runs")
+        return 0
     try:
         res = ingest_all(root / "runs", uri)
     except Exception as e:  # noqa: BLE001 - one line, exit 2; records are untouched

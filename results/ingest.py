@@ -22,7 +22,9 @@ COMPLETE_TAG = "ingest_complete"
 RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
-                   "quality", "final_loss", "train_time_s", "steps_done", "steady_steps")
+                   "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
+                   "mfu_measured_pct", "mfu_vendor_pct", "share_data_wait", "share_compute_bound",
+                   "share_memory_bound", "share_optimizer", "share_other", "converged")
 
 
 def default_tracking_uri(results_root: Path) -> str:
@@ -40,7 +42,18 @@ def _client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+_EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process
+_PARENTS: dict[tuple[str, str], str] = {}  # (tracking URI, sweep) -> parent run id, per process
+
+
 def experiment_id(client, artifact_root: Path | None = None) -> str:
+    if client.tracking_uri in _EXPERIMENTS:
+        return _EXPERIMENTS[client.tracking_uri]
+    _EXPERIMENTS[client.tracking_uri] = _experiment_id(client, artifact_root)
+    return _EXPERIMENTS[client.tracking_uri]
+
+
+def _experiment_id(client, artifact_root: Path | None) -> str:
     exp = client.get_experiment_by_name(EXPERIMENT)
     if exp is not None:
         return exp.experiment_id
@@ -68,6 +81,13 @@ def find_run(client, exp_id: str, run_id: str):
 def sweep_parent(client, exp_id: str, sweep: str) -> str:
     """The MLflow run that groups a sweep instance's runs (created on first use). Many ingesters
     may race to create it: each then keeps the oldest and deletes its own if that lost."""
+    key = (client.tracking_uri, sweep)
+    if key not in _PARENTS:
+        _PARENTS[key] = _sweep_parent(client, exp_id, sweep)
+    return _PARENTS[key]
+
+
+def _sweep_parent(client, exp_id: str, sweep: str) -> str:
     query = f"tags.kind = 'sweep' and tags.sweep = '{sweep}'"
 
     def oldest():
@@ -160,14 +180,42 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None) -> str:
         else:
             metrics.append(Metric("eval_quality", row["quality"], ts, row["step"]))
     params = [Param(k, v[:6000]) for k, v in _params(rec["config"]).items()]
-    client.log_batch(rid, params=params, tags=[RunTag("record_version", str(schema.RECORD_VERSION))])
-    for i in range(0, len(metrics), BATCH):
-        client.log_batch(rid, metrics=metrics[i:i + BATCH])
-    client.log_artifacts(rid, str(run_dir))
+    # artifacts and the end state first, then everything else in as few batches as MLflow allows;
+    # the completion tag rides in the last one, so a run without it is known to be half-written
+    _log_record_folder(client, run, Path(run_dir))
     client.set_terminated(rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"),
                           end_time=int(st.get("ended", st["started"]) * 1000))
-    client.set_tag(rid, COMPLETE_TAG, "1")  # last: a run without it is redone by the next ingest
+    chunks = [metrics[i:i + BATCH] for i in range(0, len(metrics), BATCH)] or [[]]
+    for chunk in chunks[:-1]:
+        client.log_batch(rid, metrics=chunk)
+    client.log_batch(rid, metrics=chunks[-1], params=params,
+                     tags=[RunTag("record_version", str(schema.RECORD_VERSION)), RunTag(COMPLETE_TAG, "1")])
+    if tracking_uri.startswith("sqlite:///"):  # keep the run index (results/store.py) current
+        from results import store
+        latest = {m.key: m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))}
+        store.index_upsert(store.index_path(tracking_uri), tracking_uri, store.row(
+            rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), start_ms, {**tags, COMPLETE_TAG: "1"},
+            {p.key: p.value for p in params}, latest))
     return "added"
+
+
+def _log_record_folder(client, run, run_dir: Path) -> None:
+    """The record folder as the run's artifacts. With a local artifact store on the same
+    filesystem the files are hard-linked (records are immutable once finished, and a status
+    rewrite replaces the file rather than editing it), else copied/uploaded by MLflow."""
+    from urllib.parse import unquote, urlparse
+    uri = run.info.artifact_uri
+    if uri.startswith("file://") and all(f.is_file() for f in run_dir.iterdir()):
+        dest = Path(unquote(urlparse(uri).path))
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in run_dir.iterdir():
+                if f.is_file():
+                    os.link(f, dest / f.name)
+            return
+        except OSError:  # another filesystem, or no hard links here: fall back to copying
+            pass
+    client.log_artifacts(run.info.run_id, str(run_dir))
 
 
 def ingest_all(runs_root: Path, tracking_uri: str) -> dict[str, list[str]]:

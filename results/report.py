@@ -148,6 +148,25 @@ def geomean_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def ttt_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per time-to-train campaign (a `ttt-...` sweep): the MLPerf olympic score."""
+    from results import scoring
+    if df.empty or "mode" not in df:
+        return pd.DataFrame()
+    ttt = df[(df["mode"] == "ttt") & df["sweep"].fillna("").str.startswith("ttt-")]
+    out = []
+    for sweep, g in ttt.groupby("sweep"):
+        ok = (g["status"] == schema.FINISHED) & (g.get("converged", pd.Series(0, index=g.index)) == 1)
+        times = [t if good else None for t, good in zip(g["train_time_s"], ok)]
+        wl = g["workload"].iloc[0]
+        sc = scoring.olympic(times, scoring.REQUIRED_RUNS.get(wl, scoring.DEFAULT_REQUIRED))
+        out.append({"campaign": sweep, "workload": wl, "size": g["size"].iloc[0], "device": g["device"].iloc[0],
+                    "ranks": g.get("ranks", pd.Series([1])).iloc[0],
+                    "score_min": None if sc.score_s is None else sc.score_s / 60,
+                    "runs_used": f"{sc.used} of {sc.runs}", "note": sc.note or "scored"})
+    return pd.DataFrame(out)
+
+
 def _fmt(v, lo, hi) -> str:
     return "" if pd.isna(v) else f"{v:.2f}x [{lo:.2f}, {hi:.2f}]"
 

@@ -31,6 +31,7 @@ class Workload(Protocol):
     channels_last_dims: int | None  # 4 (NHWC), 5 (NDHWC) or None when channels_last doesn't apply
     unsupported_toggles: Mapping[str, str]  # toggle -> reason this workload can't do it
     data_format: str               # one line: the on-disk format the generator writes
+    data_version: int              # bumped when the generator changes: datasets are cached by it
 
     def build_model(self, size: Size) -> "nn.Module": ...
 

@@ -13,7 +13,7 @@ cols = st.columns(len(FILTERS))
 view = df
 for col, key in zip(cols, FILTERS):
     options = sorted(df[key].fillna("").astype(str).unique())
-    picked = col.multiselect(key, options, default=options)
+    picked = col.multiselect(key, options, default=options, key=f"filter-{key}")
     view = view[view[key].fillna("").astype(str).isin(picked)]
 shown = [c for c in ("started", "run_id", "workload", "size", "device", "config", "status", "reason",
                      "median_step_s", "samples_per_s", "quality", "git_sha", "host", "slurm_job_id", "sweep")

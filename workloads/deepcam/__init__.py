@@ -26,6 +26,7 @@ class DeepCAM:
     unsupported_toggles: dict = field(default_factory=dict)
     mlperf_benchmark: str = "deepcam"
     data_format: str = "one HDF5 per sample: climate/data float32 (H, W, 16) + climate/labels_0 (H, W) in {0,1,2}; stats.h5 with per-channel minval/maxval; npy/ copies for DALI"
+    data_version: int = 2  # 2: vortices of radius 2.5-3.5 px (were 1.5-2.5: below what a stride-16 encoder resolves)
     mlperf_quality_key: str = "eval_accuracy"
 
     def quality_target(self, size: DeepCAMSize, root: Path) -> float:

@@ -36,7 +36,7 @@ class DeepCAMSize:
 
 SIZES = {
     "tiny": DeepCAMSize("tiny", height=96, width=144, width_mult=0.125, middle_blocks=2, batch_size=8,
-                        n_train=256, n_val=64, quality_target=0.70, lr=3e-3, warmup_steps=10,
+                        n_train=256, n_val=64, quality_target=0.82, lr=3e-3, warmup_steps=10,
                         milestones=(400,)),
     "small": DeepCAMSize("small", height=192, width=288, width_mult=0.25, middle_blocks=4, batch_size=8,
                          n_train=256, n_val=64, quality_target=0.75, lr=2e-3, warmup_steps=20,

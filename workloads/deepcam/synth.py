@@ -53,7 +53,7 @@ def make_sample(rng: np.random.Generator, s: DeepCAMSize) -> tuple[np.ndarray, n
         x[..., BAND_CHANNELS] += 2.5 * ridge[..., None] * spreads[BAND_CHANNELS]
         label[mask] = 2
     for _ in range(rng.poisson(VORTEX_RATE)):
-        r = rng.uniform(1.5, 2.5) * scale
+        r = rng.uniform(2.5, 3.5) * scale
         cy, cx = rng.uniform(r, h - r), rng.uniform(r, w - r)
         d2 = (yy - cy) ** 2 + (xx - cx) ** 2
         x[..., VORTEX_CHANNELS] += 3.0 * np.exp(-d2 / (2 * r * r))[..., None] * spreads[VORTEX_CHANNELS]

@@ -29,6 +29,7 @@ class LM:
     unsupported_toggles: dict = field(default_factory=dict)
     mlperf_benchmark: str = "lm"
     data_format: str = "uint16 token shards (shard-N.npy), 1024 windows of seq_len+1 tokens each; source.json gives the Markov source's entropy rate"
+    data_version: int = 1
     mlperf_quality_key: str = "eval_accuracy"
 
     def quality_target(self, size: LMSize, root: Path) -> float:

@@ -1,0 +1,92 @@
+"""Where a training step's time goes, from torch.profiler: data wait, compute-bound ops (matmul,
+convolution, attention), memory-bound ops (normalisation, pointwise, softmax, copies and layout
+transforms), optimizer, and other (framework overhead, Python, idle).
+
+It runs as a short profiled phase after the timed steps, never during them (the profiler's own
+overhead would pollute the step times). The point, from MLPerf HPC and "Data Movement Is All You
+Need" (Ivanov et al. 2021, table 1: matmuls were 99.8% of a BERT layer's FLOPs but 61% of its
+runtime): it explains a toggle's gain - compile should shrink memory-bound time, NHWC should
+remove layout copies, DALI should shrink data wait.
+
+Each profiler event's *self* time (its duration minus its children's) is assigned to one class,
+so nothing is counted twice. On CUDA the self device time of the kernels an op launched is used.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable, Iterator
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+DATA_RANGE = "harness.data_wait"
+CLASSES = ("data_wait", "compute_bound", "memory_bound", "optimizer", "other")
+_COMPUTE = re.compile(r"(^|::|_)(mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|convolution\w*|_convolution\w*|"
+                      r"mkldnn_convolution\w*|cudnn_convolution\w*|scaled_dot_product\w*|\w*flash_attention\w*|"
+                      r"\w*efficient_attention\w*|gemm\w*|\w*sgemm\w*)$|gemm|cutlass|xmma|wgrad|dgrad|fprop",
+                      re.I)
+_MEMORY = re.compile(r"norm|softmax|copy|contiguous|clone|cat|stack|reorder|transpose|permute|to_dense|"
+                     r"relu|gelu|silu|sigmoid|tanh|elu|leaky|dropout|add|sub|mul|div|exp|log|pow|sqrt|rsqrt|"
+                     r"where|fill|zero|clamp|max_pool|avg_pool|pool|mean|sum|embedding|index|gather|scatter|"
+                     r"cross_entropy|nll_loss|mse_loss|l1_loss|masked|elementwise|vectorized|reduce", re.I)
+
+
+def classify(name: str) -> str:
+    """compute_bound | memory_bound | other, from an aten op or kernel name."""
+    if _COMPUTE.search(name):
+        return "compute_bound"
+    if _MEMORY.search(name):
+        return "memory_bound"
+    return "other"
+
+
+def _under(evt, prefix: str) -> bool:
+    p = evt.cpu_parent
+    while p is not None:
+        if p.name.startswith(prefix):
+            return True
+        p = p.cpu_parent
+    return False
+
+
+def shares(prof, wall_s: float, device: str, top: int = 8) -> dict:
+    """Split `wall_s` of profiled steps into CLASSES (fractions summing to 1) plus the top ops."""
+    use_device = device == "cuda"
+    secs = dict.fromkeys(CLASSES, 0.0)
+    per_op: dict[str, float] = {}
+    for evt in prof.events():
+        if evt.name == DATA_RANGE:
+            secs["data_wait"] += evt.cpu_time_total / 1e6  # wall time of the range, in s
+            continue
+        if _under(evt, DATA_RANGE):
+            continue  # loader work is inside data_wait already
+        t = (evt.self_device_time_total if use_device else evt.self_cpu_time_total) / 1e6
+        if t <= 0 or evt.name.startswith(("ProfilerStep", "Optimizer.step", "Optimizer.zero_grad")) and not use_device:
+            continue
+        cls = "optimizer" if evt.name.startswith("Optimizer.") or _under(evt, "Optimizer.step") else classify(evt.name)
+        secs[cls] += t
+        per_op[evt.name] = per_op.get(evt.name, 0.0) + t
+    busy = sum(secs.values())
+    secs["other"] += max(0.0, wall_s - busy)  # framework overhead, Python, idle
+    total = sum(secs.values()) or 1.0
+    ranked = sorted(per_op.items(), key=lambda kv: -kv[1])[:top]
+    return {"shares": {k: v / total for k, v in secs.items()}, "profiled_s": wall_s,
+            "top_ops": [{"op": k, "s": v, "class": "optimizer" if k.startswith("Optimizer.") else classify(k)}
+                        for k, v in ranked]}
+
+
+def profile_steps(step: Callable[[object], object], batches: Iterator, steps: int, device: str) -> dict:
+    """Run `steps` calls of step(batch) under the profiler; fetching a batch is the data wait."""
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    dev = torch.device(device)
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            with record_function(DATA_RANGE):
+                batch = next(batches)
+            step(batch)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()  # device sync point: all profiled kernels have finished
+        wall = time.perf_counter() - t0
+    return shares(prof, wall, device)

@@ -1,0 +1,100 @@
+"""Device peak FLOP/s for MFU: measured once per device and dtype by a matmul microbenchmark
+and cached, plus the vendor's datasheet peak where the device is known.
+
+Measured peak = best of a few timed square matmuls (2 n^3 FLOP each) with a device sync around
+each; it is what this software stack can reach, so "MFU vs measured peak" says how far the
+workload is from the matmul roofline here. HARNESS_PEAK_TFLOPS overrides the vendor peak for
+devices not in the table (or to use a different figure).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from harness.timing import sync
+
+# Dense (no sparsity) TFLOP/s per GPU from NVIDIA's datasheets (SXM parts).
+VENDOR_TFLOPS = {
+    "H200": {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
+    "H100": {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+}
+SIDE = {"cpu": 1024, "cuda": 8192}  # matmul edge: big enough to be compute-bound, quick on CPU
+REPS = 5
+
+
+def run_dtype(cfg) -> str:
+    return cfg.toggles.amp if cfg.toggles.amp != "off" else "fp32"
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    from harness.envinfo import _cpu_model
+    return f"{_cpu_model()} x{torch.get_num_threads()} threads"
+
+
+def _cache_path() -> Path:
+    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "mlperf-harness")) / "peak_flops.json"
+
+
+def measure(device: str, dtype: str) -> float:
+    """FLOP/s of the best of REPS timed n x n matmuls."""
+    n = SIDE[device]
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    a = torch.randn(n, n, device=device, dtype=dt)
+    b = torch.randn(n, n, device=device, dtype=dt)
+    a @ b  # warm-up: library init, autotuning
+    best = float("inf")
+    for _ in range(REPS):
+        sync(torch.device(device))  # device sync point
+        t0 = time.perf_counter()
+        a @ b
+        sync(torch.device(device))  # device sync point
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best
+
+
+def measured_peak(device: str, dtype: str) -> float:
+    key = f"{device_name(device)}|{dtype}"
+    path = _cache_path()
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key not in cache:
+        cache[key] = measure(device, dtype)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(cache, indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass  # an unwritable cache only costs a re-measurement
+    return cache[key]
+
+
+def vendor_peak(device: str, dtype: str) -> float | None:
+    if os.environ.get("HARNESS_PEAK_TFLOPS"):
+        return float(os.environ["HARNESS_PEAK_TFLOPS"]) * 1e12
+    if device != "cuda":
+        return None
+    name = torch.cuda.get_device_name()
+    for model, peaks in VENDOR_TFLOPS.items():
+        if model in name:
+            return peaks[dtype] * 1e12
+    return None
+
+
+def for_run(cfg) -> dict:
+    """Peaks for the run's device and dtype, per device (FLOP/s)."""
+    dtype = run_dtype(cfg)
+    out = {"peak_dtype": dtype, "peak_flops_measured": measured_peak(cfg.device, dtype)}
+    vendor = vendor_peak(cfg.device, dtype)
+    if vendor:
+        out["peak_flops_vendor"] = vendor
+    return out

@@ -1,0 +1,104 @@
+"""MLPerf rules on real runs: the unmodified compliance checker, time-to-train campaigns with
+olympic scoring, weak scaling under real mpiexec, MFU and the bottleneck breakdown."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, harness, run_dirs
+from harness import breakdown, compliance
+
+
+def test_breakdown_of_a_matmul_only_step_is_almost_all_compute_bound():
+    torch.manual_seed(0)
+    w = torch.randn(1024, 1024)
+    batches = iter([torch.randn(1024, 1024) for _ in range(4)])  # loaded up front: no data wait to speak of
+    got = breakdown.profile_steps(lambda x: x @ w @ w, batches, 4, "cpu")
+    shares = got["shares"]
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["compute_bound"] > 0.85, shares
+    assert got["top_ops"][0]["op"] == "aten::mm" and got["top_ops"][0]["class"] == "compute_bound"
+
+
+def test_op_classes():
+    assert breakdown.classify("aten::mkldnn_convolution") == "compute_bound"
+    assert breakdown.classify("aten::addmm") == "compute_bound"
+    assert breakdown.classify("aten::native_batch_norm") == "memory_bound"
+    assert breakdown.classify("aten::copy_") == "memory_bound"
+    assert breakdown.classify("aten::_softmax") == "memory_bound"
+    assert breakdown.classify("aten::empty") == "other"
+
+
+@pytest.fixture(scope="module")
+def lm_ttt(tmp_path_factory, data_root):
+    """One converged LM time-to-train record, shared by the checks below."""
+    import os
+    tmp = tmp_path_factory.mktemp("lmttt")
+    env = {**os.environ, "HARNESS_RESULTS": str(tmp / "results"), "HARNESS_DATA": str(data_root),
+           "PYTHONPATH": str(REPO), "HARNESS_CACHE": str(tmp / "cache")}
+    out = harness(env, "run", "lm", "--mode", "ttt", "--no-ingest", "--set", "steps=5000")
+    assert out.returncode == 0, out.stderr
+    (run,) = run_dirs(env)
+    return run
+
+
+def test_lm_log_passes_the_unmodified_checker_with_the_projects_rules(lm_ttt):
+    ok, msg = compliance.check(lm_ttt / "mlperf.log", "lm")
+    assert ok, msg
+
+
+def test_a_broken_log_fails_with_the_checkers_own_message(lm_ttt, tmp_path):
+    lines = (lm_ttt / "mlperf.log").read_text().splitlines()
+    kept = [ln for ln in lines if '"key": "init_stop"' not in ln]  # init_stop is required exactly once
+    (tmp_path / "mlperf.log").write_text("\n".join(kept) + "\n")
+    ok, msg = compliance.check(tmp_path / "mlperf.log", "lm")
+    assert not ok and "init_stop" in msg and "FAILED" in msg
+
+
+def test_run_records_mfu_and_breakdown(lm_ttt):
+    s = json.loads((lm_ttt / "summary.json").read_text())
+    by_hand = 100 * s["flops_per_sample"] * s["samples_per_s"] / s["peak_flops_measured"]
+    assert s["mfu_measured_pct"] == pytest.approx(by_hand) and 0 < s["mfu_measured_pct"] < 100
+    shares = [s[f"share_{c}"] for c in breakdown.CLASSES]
+    assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
+    assert s["breakdown"]["top_ops"]
+
+
+def test_ttt_campaign_scores_with_olympic_mean_and_flags_too_few_runs(env):
+    out = harness(env, "ttt", "lm", "--runs", "3", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert "warning: not a scored result: MLPerf requires 10 runs; got 3" in out.stdout
+    assert "1 of 3" in out.stdout  # olympic: fastest and slowest dropped
+    runs = run_dirs(env)
+    assert sorted(json.loads((r / "config.json").read_text())["seed"] for r in runs) == [1, 2, 3]
+    checked = harness(env, "check-logs")
+    assert checked.returncode == 0 and "3/3 logs pass" in checked.stdout
+
+
+def test_ttt_rejects_bad_runs(env):
+    out = harness(env, "ttt", "lm", "--runs", "0")
+    assert out.returncode == 2 and "--runs must be >= 1" in out.stderr
+
+
+def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env):
+    from test_mpi import mpiexec
+    out = mpiexec(env, 2, "-m", "harness", "weak", "lm", "--instance-size", "1", timeout=900)
+    assert out.returncode == 0, out.stderr
+    (result,) = (Path(env["HARNESS_RESULTS"]) / "weak").glob("*.json")
+    r = json.loads(result.read_text())
+    assert r["instances"] == 2 and r["converged"] == 2 and r["instance_size"] == 1
+    starts, stops = [], []
+    for run in r["runs"]:
+        from harness.campaign import log_times
+        t = log_times(Path(run["dir"]) / "mlperf.log")
+        starts.append(t["run_start_ms"])
+        stops.append(t["run_stop_ms"])
+    assert r["ttta_s"] == pytest.approx((max(stops) - min(starts)) / 1000)
+    seeds = sorted(json.loads((Path(x["dir"]) / "config.json").read_text())["seed"] for x in r["runs"])
+    assert seeds == [1, 2]  # distinct seeds per instance
+    assert "models/min" in out.stdout
