@@ -116,6 +116,8 @@ def weak(workload: str, size: str, instance_size: int, sets: list[str], device: 
     addr = icomm.bcast(addr, root=0)
     local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("SLURM_LOCALID", irank)))
     # the instance is the data-parallel world: torchrun-style variables take precedence in dist.py
+    from staging import INSTANCES_ENV
+    os.environ[INSTANCES_ENV] = str(comm.size // instance_size)  # mpi_staging stages for all instances at once
     os.environ.update(RANK=str(irank), WORLD_SIZE=str(instance_size), LOCAL_RANK=str(local % max(instance_size, 1)),
                       MASTER_ADDR=addr[0], MASTER_PORT=addr[1])
     sweep_id = comm.bcast(f"weak-{workload}-{size}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}", root=0)

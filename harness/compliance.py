@@ -34,6 +34,18 @@ def check(log: Path, workload: str) -> tuple[bool, str]:
     return p.returncode == 0 and any("SUCCESS" in ln for ln in lines), "; ".join(lines) or f"exit {p.returncode}"
 
 
+def benchmark_of(log: Path) -> str:
+    """The log's submission_benchmark (which rules apply), read with the checker's own parser."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    from harness.config import UsageError
+    lines, _ = parse_file(str(log), ruleset="3.0.0")
+    for ll in lines:
+        if ll.key == "submission_benchmark":
+            return ll.value["value"]
+    raise UsageError(f"{log}: no submission_benchmark line: not an MLLOG file written by this harness")
+
+
 def ttt_logs(runs_root: Path) -> list[tuple[Path, str]]:
     """(mlperf.log, workload) of every finished time-to-train record."""
     from results import schema
@@ -56,9 +68,7 @@ def main(paths: list[str], runs_root: Path) -> int:
         for p in map(Path, paths):
             if not p.is_file():
                 raise UsageError(f"no such log file: {p}")
-            cfg = p.parent / "config.json"
-            import json
-            targets.append((p, json.loads(cfg.read_text())["workload"] if cfg.exists() else "cosmoflow"))
+            targets.append((p, benchmark_of(p)))
     else:
         targets = ttt_logs(runs_root)
         if not targets:

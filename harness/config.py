@@ -240,3 +240,20 @@ def parse_value(key: str, raw: str) -> Any:
         except ValueError:
             raise UsageError(f"{key} expects {typ}; got {raw!r}") from None
     return raw
+
+
+def read_yaml_mapping(path, what: str) -> tuple[dict, str]:
+    """(mapping, text) of a YAML file whose top level must be a mapping; UsageErrors name the
+    file. `what` says what the file is, for the messages ("sweep file", "site file")."""
+    import yaml
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
+    try:
+        d = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise UsageError(f"{path}: expected a mapping at the top level")
+    return d, text

@@ -52,6 +52,27 @@ def from_env(env=os.environ) -> DistInfo:
     return DistInfo()
 
 
+_LOCAL_RANKS = ("LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_STEP_TASKS_PER_NODE")
+
+
+def ranks_on_this_node(env=os.environ) -> int:
+    """Processes of this job on this node, from whichever launcher said so (1 if none did)."""
+    for var in _LOCAL_RANKS:
+        if var in env:
+            return int(env[var].split("(")[0].split(",")[0])  # srun: "2(x3),1" -> this node's count first
+    return 1
+
+
+def cpu_threads(env=os.environ) -> int:
+    """torch threads per process when several share a node: its cores split evenly. 0 = leave
+    torch's default (one process per node). Oversubscribing (e.g. OMP_NUM_THREADS=2 for each of
+    2 ranks on 2 cores) made OpenMP threads spin against each other: 10x slower steps here."""
+    local = ranks_on_this_node(env)
+    if local <= 1:
+        return 0
+    return max(1, len(os.sched_getaffinity(0)) // local)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))

@@ -70,8 +70,10 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     if cfg.device == "cuda":
         torch.cuda.set_device(dist.local_rank)
     device = torch.device(cfg.device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = cfg.threads or dist_mod.cpu_threads()  # explicit, else split the node's cores among its ranks
+    if threads:
+        torch.set_num_threads(threads)
+    rec.info["torch_threads"] = torch.get_num_threads()
     global_batch = cfg.batch_size or size.batch_size
     if global_batch % dist.world:
         raise ValueError(f"batch_size {global_batch} is not divisible by {dist.world} ranks")

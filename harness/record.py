@@ -127,15 +127,4 @@ class NullRecord:
     def attach(self, src: Path, name: str) -> None: ...
     def log_step(self, **row: Any) -> None: ...
     def log_eval(self, **row: Any) -> None: ...
-    def _mfu(self, samples_per_s: float) -> dict[str, float]:
-        """MFU against the measured and the vendor peak, over all devices of the run (GPUs: one
-        per rank; CPUs: one per node, the ranks share it)."""
-        devices = self.info.get("world", 1) if self.info.get("device") == "cuda" else self.info.get("nodes", 1)
-        out = {}
-        for kind in ("measured", "vendor"):
-            peak = self.info.get(f"peak_flops_{kind}")
-            if peak:
-                out[f"mfu_{kind}_pct"] = scoring.mfu_pct(self.info["flops_per_sample"], samples_per_s, peak * devices)
-        return out
-
     def finish(self, status: str, reason: str = "") -> None: ...

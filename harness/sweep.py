@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError
+from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, read_yaml_mapping
 from results import schema
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
@@ -53,16 +52,7 @@ def _line_of(text: str, key: str) -> int:
 
 def load(path: Path) -> Sweep:
     """Parse and validate a sweep file; every error names the file, line and key."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read sweep file {path}: {e.strerror}") from None
-    try:
-        d = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    if not isinstance(d, dict):
-        raise UsageError(f"{path}: expected a mapping at the top level")
+    d, text = read_yaml_mapping(path, "sweep file")
 
     def bad(key: str, msg: str) -> UsageError:
         return UsageError(f"{path}:{_line_of(text, key)}: {key}: {msg}")

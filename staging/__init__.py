@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 DEFAULT_LOCAL_ROOT = "/tmp/harness-stage"
+INSTANCES_ENV = "HARNESS_INSTANCES"  # concurrent training instances in this MPI job (harness weak)
 
 
 def unsupported_reason(cfg) -> str | None:
@@ -41,10 +42,12 @@ def prepare(cfg, dist, source: Path, mllog, info: dict) -> Path:
     from harness.mlperf_log import K
     from staging import layout, stager
 
-    if MPI.COMM_WORLD.size != dist.world:
+    instances = int(os.environ.get(INSTANCES_ENV, "1"))  # set by `harness weak`
+    if MPI.COMM_WORLD.size != dist.world * instances:
         raise BadInput(f"mpi_staging needs an MPI launcher (mpiexec, or srun --mpi=pmi2): MPI sees "
-                       f"{MPI.COMM_WORLD.size} rank(s) but {dist.launcher} started {dist.world}")
-    lay = layout.build(MPI.COMM_WORLD, instance_size=dist.world)  # a training run is one instance
+                       f"{MPI.COMM_WORLD.size} rank(s) but {dist.launcher} started {dist.world} x {instances} instance(s)")
+    # collective over every instance: each source file is read once for all of them
+    lay = layout.build(MPI.COMM_WORLD, instance_size=dist.world)
     mllog.start(K.STAGING_START)
     dest, rep = stager.stage(lay, source, local_root(source))
     mllog.end(K.STAGING_STOP)

@@ -35,49 +35,51 @@ def test_op_classes():
 
 
 @pytest.fixture(scope="module")
-def lm_ttt(tmp_path_factory, data_root):
-    """One converged LM time-to-train record, shared by the checks below."""
+def campaign(tmp_path_factory, data_root):
+    """One 3-run LM time-to-train campaign (`harness ttt`), shared by the checks below."""
     import os
-    tmp = tmp_path_factory.mktemp("lmttt")
+    tmp = tmp_path_factory.mktemp("campaign")
     env = {**os.environ, "HARNESS_RESULTS": str(tmp / "results"), "HARNESS_DATA": str(data_root),
            "PYTHONPATH": str(REPO), "HARNESS_CACHE": str(tmp / "cache")}
-    out = harness(env, "run", "lm", "--mode", "ttt", "--no-ingest", "--set", "steps=5000")
-    assert out.returncode == 0, out.stderr
-    (run,) = run_dirs(env)
-    return run
-
-
-def test_lm_log_passes_the_unmodified_checker_with_the_projects_rules(lm_ttt):
-    ok, msg = compliance.check(lm_ttt / "mlperf.log", "lm")
-    assert ok, msg
-
-
-def test_a_broken_log_fails_with_the_checkers_own_message(lm_ttt, tmp_path):
-    lines = (lm_ttt / "mlperf.log").read_text().splitlines()
-    kept = [ln for ln in lines if '"key": "init_stop"' not in ln]  # init_stop is required exactly once
-    (tmp_path / "mlperf.log").write_text("\n".join(kept) + "\n")
-    ok, msg = compliance.check(tmp_path / "mlperf.log", "lm")
-    assert not ok and "init_stop" in msg and "FAILED" in msg
-
-
-def test_run_records_mfu_and_breakdown(lm_ttt):
-    s = json.loads((lm_ttt / "summary.json").read_text())
-    by_hand = 100 * s["flops_per_sample"] * s["samples_per_s"] / s["peak_flops_measured"]
-    assert s["mfu_measured_pct"] == pytest.approx(by_hand) and 0 < s["mfu_measured_pct"] < 100
-    shares = [s[f"share_{c}"] for c in breakdown.CLASSES]
-    assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
-    assert s["breakdown"]["top_ops"]
-
-
-def test_ttt_campaign_scores_with_olympic_mean_and_flags_too_few_runs(env):
+    env.pop("MLFLOW_TRACKING_URI", None)
     out = harness(env, "ttt", "lm", "--runs", "3", timeout=900)
+    return env, out
+
+
+def test_ttt_campaign_scores_with_olympic_mean_and_flags_too_few_runs(campaign):
+    env, out = campaign
     assert out.returncode == 0, out.stderr
     assert "warning: not a scored result: MLPerf requires 10 runs; got 3" in out.stdout
     assert "1 of 3" in out.stdout  # olympic: fastest and slowest dropped
     runs = run_dirs(env)
     assert sorted(json.loads((r / "config.json").read_text())["seed"] for r in runs) == [1, 2, 3]
+
+
+def test_lm_logs_pass_the_unmodified_checker_with_the_projects_rules(campaign):
+    env, _ = campaign
     checked = harness(env, "check-logs")
-    assert checked.returncode == 0 and "3/3 logs pass" in checked.stdout
+    assert checked.returncode == 0 and "3/3 logs pass" in checked.stdout, checked.stdout
+
+
+def test_a_broken_log_fails_with_the_checkers_own_message(campaign, tmp_path):
+    env, _ = campaign
+    lines = (run_dirs(env)[0] / "mlperf.log").read_text().splitlines()
+    kept = [ln for ln in lines if '"key": "init_stop"' not in ln]  # init_stop is required exactly once
+    (tmp_path / "mlperf.log").write_text("\n".join(kept) + "\n")
+    ok, msg = compliance.check(tmp_path / "mlperf.log", "lm")
+    assert not ok and "init_stop" in msg and "FAILED" in msg
+    out = harness(env, "check-logs", str(tmp_path / "mlperf.log"))
+    assert out.returncode == 1 and "Required EXACTLY_ONE occurrence of 'init_stop'" in out.stdout
+
+
+def test_run_records_mfu_and_breakdown(campaign):
+    env, _ = campaign
+    s = json.loads((run_dirs(env)[0] / "summary.json").read_text())
+    by_hand = 100 * s["flops_per_sample"] * s["samples_per_s"] / s["peak_flops_measured"]
+    assert s["mfu_measured_pct"] == pytest.approx(by_hand) and 0 < s["mfu_measured_pct"] < 100
+    shares = [s[f"share_{c}"] for c in breakdown.CLASSES]
+    assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
+    assert s["breakdown"]["top_ops"]
 
 
 def test_ttt_rejects_bad_runs(env):
@@ -87,7 +89,8 @@ def test_ttt_rejects_bad_runs(env):
 
 def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env):
     from test_mpi import mpiexec
-    out = mpiexec(env, 2, "-m", "harness", "weak", "lm", "--instance-size", "1", timeout=900)
+    out = mpiexec(env, 2, "-m", "harness", "weak", "lm", "--instance-size", "1", "--set", "toggles.mpi_staging=true",
+                  timeout=900)
     assert out.returncode == 0, out.stderr
     (result,) = (Path(env["HARNESS_RESULTS"]) / "weak").glob("*.json")
     r = json.loads(result.read_text())
@@ -101,4 +104,12 @@ def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env):
     assert r["ttta_s"] == pytest.approx((max(stops) - min(starts)) / 1000)
     seeds = sorted(json.loads((Path(x["dir"]) / "config.json").read_text())["seed"] for x in r["runs"])
     assert seeds == [1, 2]  # distinct seeds per instance
+    from workloads.manifest import read_manifest
+    summaries = [json.loads((Path(x["dir"]) / "summary.json").read_text()) for x in r["runs"]]
+    source = Path(json.loads((Path(r["runs"][0]["dir"]) / "config.json").read_text())["data_dir"] or
+                  next(Path(env["HARNESS_DATA"]).glob("lm/tiny-*")))
+    dataset_bytes = sum(m["bytes"] for m in read_manifest(source)["files"].values())
+    for s in summaries:  # one staging for both instances: every source byte read once in all
+        assert s["staging"]["instances"] == 2 and s["staging"]["bytes_read"] == dataset_bytes
+    assert {Path(s["staged_dir"]).name for s in summaries} == {"instance0", "instance1"}
     assert "models/min" in out.stdout

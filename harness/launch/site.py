@@ -10,9 +10,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import yaml
-
-from harness.config import UsageError
+from harness.config import UsageError, read_yaml_mapping
 
 SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
 
@@ -75,17 +73,10 @@ def load(name_or_path: str) -> Site:
     path = Path(name_or_path)
     if not path.suffix:  # a bare name: harness/sites/<name>.yaml
         path = SITES_DIR / f"{name_or_path}.yaml"
-    known = sorted(p.stem for p in SITES_DIR.glob("*.yaml"))
-    try:
-        text = path.read_text()
-    except OSError:
-        raise UsageError(f"site file {path} not found; sites: {', '.join(known)} (or a path to a .yaml)") from None
-    try:
-        d = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    if not isinstance(d, dict):
-        raise UsageError(f"{path}: expected a mapping of site keys")
+    if not path.is_file():
+        known = sorted(p.stem for p in SITES_DIR.glob("*.yaml"))
+        raise UsageError(f"site file {path} not found; sites: {', '.join(known)} (or a path to a .yaml)")
+    d, text = read_yaml_mapping(path, "site file")
     for key, value in d.items():
         where = f"{path}:{_line(text, str(key))}: {key}"
         if key not in _TYPES:

@@ -33,10 +33,12 @@ class CosmoFlowSize:
 
 
 SIZES = {
-    # tiny: documented target 0.25 MAE vs 0.5 for predicting the mean (uniform targets in [-1,1])
+    # tiny: the MLPerf target, 0.124 MAE (predicting the mean scores 0.5: uniform targets in
+    # [-1, 1]). With 384 training samples validation MAE plateaued at ~0.145 (overfitting); with
+    # 1536 it reaches 0.122 after 960 steps (80 s on 2 CPU cores).
     "tiny": CosmoFlowSize("tiny", side=32, conv_layers=4, base_channels=8, fc1=64, fc2=32,
-                          dropout=0.0, batch_size=8, n_train=384, n_val=96, quality_target=0.25,
-                          base_lr=0.005, base_batch=8, warmup_epochs=1, decay_epochs=(8, 12),
+                          dropout=0.0, batch_size=8, n_train=1536, n_val=96, quality_target=0.124,
+                          base_lr=0.005, base_batch=8, warmup_epochs=1, decay_epochs=(6, 9),
                           decay_factors=(0.5, 0.25)),
     "small": CosmoFlowSize("small", side=64, conv_layers=5, base_channels=16, fc1=128, fc2=64,
                            dropout=0.0, batch_size=16, n_train=512, n_val=128, quality_target=0.2,
