@@ -66,7 +66,7 @@ tracking-server: setup   ## a shared MLflow server (sqlite backend, artifacts un
 	$(PY) -m results.server --port $(TRACKING_PORT)
 
 test: setup system-deps slurm-up
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)
 	$(PY) -m results ingest

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -58,14 +59,16 @@ def index_path(tracking_uri: str) -> Path:
     return Path(root) / INDEX
 
 
-_CONNECTIONS: dict[Path, sqlite3.Connection] = {}
+_CONNECTIONS: dict[tuple[Path, int], sqlite3.Connection] = {}
 
 
 def _db(path: Path) -> sqlite3.Connection:
-    """One connection per index file per process (ingesting many runs reuses it)."""
-    if path not in _CONNECTIONS or not path.exists():
-        _CONNECTIONS[path] = _connect(path)
-    return _CONNECTIONS[path]
+    """One connection per index file per thread (sqlite connections must stay in their thread;
+    Streamlit runs each page in its own), reused across the many runs one ingest writes."""
+    key = (path, threading.get_ident())
+    if key not in _CONNECTIONS or not path.exists():
+        _CONNECTIONS[key] = _connect(path)
+    return _CONNECTIONS[key]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
