@@ -62,9 +62,13 @@ def _experiment_id(client, artifact_root: Path | None) -> str:
         db = Path(client.tracking_uri.split("sqlite:///", 1)[1])
         loc = (artifact_root or db.parent / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(EXPERIMENT, artifact_location=loc)
+        exp_id = client.create_experiment(EXPERIMENT, artifact_location=loc)
     except Exception:  # noqa: BLE001 - another process created it first
         return client.get_experiment_by_name(EXPERIMENT).experiment_id
+    if client.tracking_uri.startswith("sqlite:///"):  # a new store: its index is complete from birth
+        from results import store
+        store.mark_built(store.index_path(client.tracking_uri), client.tracking_uri)
+    return exp_id
 
 
 def find_run(client, exp_id: str, run_id: str):

@@ -85,6 +85,13 @@ def index_upsert(path: Path, uri: str, r: dict) -> None:
         con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?)", (uri, r["run_id"], json.dumps(r, default=str)))
 
 
+def mark_built(path: Path, uri: str) -> None:
+    """The index holds every run of `uri` (it was built from MLflow, or began with the store)."""
+    import time
+    with _db(path) as con:
+        con.execute("INSERT OR REPLACE INTO built VALUES (?, ?)", (uri, time.time()))
+
+
 def index_read(path: Path, uri: str) -> pd.DataFrame | None:
     """The indexed runs of `uri`, or None when the index was never built for it."""
     if not path.exists():
@@ -98,13 +105,12 @@ def index_read(path: Path, uri: str) -> pd.DataFrame | None:
 
 def reindex(tracking_uri: str, path: Path, experiment: str = EXPERIMENT) -> pd.DataFrame:
     """Rebuild the index for `tracking_uri` from a full MLflow search."""
-    import time
     df_rows = _search(tracking_uri, experiment)
     with _db(path) as con:
         con.execute("DELETE FROM runs WHERE uri = ?", (tracking_uri,))
         con.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
                         [(tracking_uri, r["run_id"], json.dumps(r, default=str)) for r in df_rows])
-        con.execute("INSERT OR REPLACE INTO built VALUES (?, ?)", (tracking_uri, time.time()))
+    mark_built(path, tracking_uri)
     return _frame(df_rows)
 
 
