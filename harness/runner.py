@@ -103,7 +103,7 @@ def ingest_quietly(run_dir: Path, root: Path) -> str | None:
     `make ingest` picks it up later; returns the problem, or None."""
     try:
         from results.ingest import default_tracking_uri, ingest_run
-        ingest_run(run_dir, default_tracking_uri(root))
+        ingest_run(run_dir, default_tracking_uri(root), attempts=2)  # fail fast: the record waits for `make ingest`
         return None
     except Exception as e:  # noqa: BLE001 - the record is the source of truth
         return f"{type(e).__name__}: {e}".splitlines()[0]

@@ -138,10 +138,11 @@ def _params(cfg: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int = RETRIES) -> str:
+def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | None = None) -> str:
     """Ingest one finished record; returns 'added', 'present' or 'in progress'. A store that is
     briefly unreachable (a tracking server restarting) is retried with exponential backoff;
     the record itself is never changed, and a retry finishes or redoes a half-written run."""
+    attempts = attempts or int(os.environ.get("HARNESS_INGEST_ATTEMPTS", RETRIES))
     for attempt in range(attempts):
         try:
             return _ingest_once(run_dir, tracking_uri, client)

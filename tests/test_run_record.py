@@ -81,6 +81,7 @@ def test_unreachable_store_keeps_record_then_make_ingest_catches_up(env, tmp_pat
     env = dict(env, MLFLOW_TRACKING_URI="http://127.0.0.1:9/")  # nothing listens on port 9
     env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     env["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "2"
+    env["HARNESS_INGEST_ATTEMPTS"] = "1"  # `make ingest` would back off ~1 min before giving up
     p = harness(env, "run", "cosmoflow", "--set", "steps=2", "--set", "warmup_steps=1")
     assert p.returncode == 0
     assert "MLflow store not updated" in p.stderr and "make ingest" in p.stderr
