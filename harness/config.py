@@ -196,6 +196,15 @@ def settable_keys() -> list[str]:
     return [k for k in _FIELD_TYPES if k != "workload"]
 
 
+def has_type(value: Any, typ: str) -> bool:
+    """Does a value (from YAML or JSON) have the annotated type? bools are not ints here."""
+    if typ == "list[str]":
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    if typ in ("int", "float") and isinstance(value, bool):
+        return False
+    return isinstance(value, {"str": str, "int": int, "float": (int, float), "bool": bool}[typ])
+
+
 def _check_types(cfg: RunConfig) -> None:
     for f in fields(cfg):
         if f.name == "toggles":
@@ -203,9 +212,7 @@ def _check_types(cfg: RunConfig) -> None:
                 raise UsageError("toggles must be a Toggles")
             continue
         v = getattr(cfg, f.name)
-        ok = {"str": isinstance(v, str), "int": isinstance(v, int) and not isinstance(v, bool),
-              "float": isinstance(v, (int, float)) and not isinstance(v, bool)}[f.type]
-        if not ok:
+        if not has_type(v, f.type):
             raise UsageError(f"{f.name} expects {f.type}; got {v!r}")
     if isinstance(cfg.max_seconds, int):
         object.__setattr__(cfg, "max_seconds", float(cfg.max_seconds))

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from harness.config import UsageError, read_yaml_mapping
+from harness.config import UsageError, has_type, read_yaml_mapping
 
 SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
 
@@ -82,10 +82,7 @@ def load(name_or_path: str) -> Site:
         if key not in _TYPES:
             raise UsageError(f"{where}: unknown site key; valid keys: {', '.join(_TYPES)}")
         want = _TYPES[key]
-        ok = {"str": isinstance(value, str), "int": isinstance(value, int) and not isinstance(value, bool),
-              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-              "list[str]": isinstance(value, list) and all(isinstance(x, str) for x in value)}[want]
-        if not ok:
+        if not has_type(value, want):
             raise UsageError(f"{where}: expected {want}; got {value!r}")
     if "partition" not in d:
         raise UsageError(f"{path}: partition is required")
