@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -105,15 +104,14 @@ def weak(workload: str, size: str, instance_size: int, sets: list[str], device: 
     from mpi4py import MPI
 
     from harness import runner
-    from harness.dist import _free_port
+    from harness.dist import mpi_rendezvous
 
     comm = MPI.COMM_WORLD
     if instance_size < 1 or comm.size % instance_size:
         raise UsageError(f"--instance-size {instance_size} does not divide the {comm.size} ranks")
     instance, irank = divmod(comm.rank, instance_size)
     icomm = comm.Split(color=instance, key=irank)
-    addr = (socket.gethostbyname(socket.gethostname()), str(_free_port())) if irank == 0 else None
-    addr = icomm.bcast(addr, root=0)
+    addr = mpi_rendezvous(icomm)  # each instance is its own process group
     local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("SLURM_LOCALID", irank)))
     # the instance is the data-parallel world: torchrun-style variables take precedence in dist.py
     from staging import INSTANCES_ENV

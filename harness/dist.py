@@ -79,13 +79,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def mpi_rendezvous(comm) -> tuple[str, str]:
+    """(address, free port) of `comm`'s rank 0, broadcast to every rank of `comm`."""
+    addr = (socket.gethostbyname(socket.gethostname()), str(_free_port())) if comm.rank == 0 else None
+    return comm.bcast(addr, root=0)
+
+
 def _rendezvous(info: DistInfo) -> tuple[str, str]:
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
     if info.mpi:
         from mpi4py import MPI
-        addr = (socket.gethostbyname(socket.gethostname()), str(_free_port())) if info.is_main else None
-        return MPI.COMM_WORLD.bcast(addr, root=0)
+        return mpi_rendezvous(MPI.COMM_WORLD)
     if "SLURM_JOB_NODELIST" in os.environ:
         first = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
                                capture_output=True, text=True, check=True).stdout.split()[0]
