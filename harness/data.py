@@ -26,6 +26,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFETCH_DEPTH = 2  # batches queued ahead of the training step, when prefetching
 
 
+def unsupported_reason(cfg: RunConfig) -> str | None:
+    """Why the DALI path this configuration asks for can't run here, or None. A missing DALI is
+    an `unsupported` record, never a silent fall-back to the PyTorch loader."""
+    if not cfg.toggles.dali:
+        return None
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError as e:
+        return f"dali: nvidia-dali is not importable here ({e}); pip install nvidia-dali-cuda120"
+    return None
+
+
 def dataset_root(cfg: RunConfig, base: Path | None = None) -> Path:
     """cfg.data_dir, else <base>/<workload>/<size>-d<data_seed>-v<generator version> with
     base = HARNESS_DATA or ./data."""

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 import staging
+from harness import data
 from harness.config import RunConfig
 from harness.errors import Unsupported
 
@@ -37,9 +38,10 @@ def unsupported_reason(cfg: RunConfig, workload) -> str | None:
         return "cuda_graphs needs a CUDA device (torch.cuda.CUDAGraph); this run is on CPU"
     if t.amp == "fp16" and cfg.device != "cuda":
         return "amp=fp16 needs CUDA (GradScaler for fp16 gradients); use amp=bf16 on CPU"
-    staging_reason = staging.unsupported_reason(cfg)  # staging/ owns the mpi_staging toggle
-    if staging_reason:
-        return staging_reason
+    for owner in (staging, data):  # staging/ owns mpi_staging, harness.data owns dali
+        reason = owner.unsupported_reason(cfg)
+        if reason:
+            return reason
     if t.cuda_graphs and cfg.ranks > 1:
         return "cuda_graphs with more than one rank: capturing DDP's gradient all-reduce is not built yet"
     if t.channels_last and workload.channels_last_dims is None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
@@ -79,6 +80,15 @@ def test_cpu_unsupported_reasons(toggles, fragment):
 def test_supported_toggles_have_no_reason():
     for t in ({"dali": True}, {"channels_last": True}, {"compile": True}, {"amp": "bf16"}):
         assert unsupported_reason(_cfg(**t), WL) is None, t
+
+
+def test_missing_dali_is_unsupported_not_a_silent_torch_run(tmp_path, data_root, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # None in sys.modules: import raises ImportError
+    monkeypatch.setenv("HARNESS_DATA", str(data_root))
+    out = runner.execute(_cfg(dali=True), root=tmp_path)
+    assert out.status == "unsupported"
+    assert "nvidia-dali is not importable" in out.reason
+    assert schema.read_record(out.dir)["status"]["reason"] == out.reason
 
 
 @pytest.mark.parametrize("toggles", [{"dali": True}, {"amp": "bf16"}, {"compile": True}])
