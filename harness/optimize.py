@@ -91,7 +91,10 @@ class TrainStep:
         if amp == "off":
             return contextlib.nullcontext
         dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-        return lambda: torch.autocast(device_type=self.device.type, dtype=dtype)
+        # The cast-weight cache must be off under graph capture (torch.cuda.graph docs): cached
+        # casts made inside the capture would be freed when autocast exits.
+        cache = not self.cfg.toggles.cuda_graphs
+        return lambda: torch.autocast(device_type=self.device.type, dtype=dtype, cache_enabled=cache)
 
     def prepare(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.workload.to_model_input(x)
@@ -147,10 +150,7 @@ class _GraphedStep:
             raise Unsupported("cuda_graphs with amp=fp16: GradScaler's unscale/inf checks run on the host; use bf16")
         self.ts = ts
         self.static_x, self.static_y = x.clone(), y.clone()
-        for group in ts.optimizer.param_groups:  # LR read from a tensor so schedules apply in replay
-            group["lr"] = torch.tensor(float(group["lr"]), device=x.device)
-            if "capturable" in group:
-                group["capturable"] = True
+        graph_safe_optimizer(ts.optimizer, x.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -168,3 +168,17 @@ class _GraphedStep:
         self.static_y.copy_(y, non_blocking=True)
         self.graph.replay()
         return self.static_loss.detach().clone()
+
+
+def graph_safe_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Switch an optimizer to its capturable form in place: LR read from a device tensor (the
+    scheduler fill_()s it, so schedules apply in replay) and no host reads inside step()."""
+    for group in optimizer.param_groups:
+        group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        if "capturable" in group:  # Adam/AdamW: step counters on the device, no host reads
+            group["capturable"] = True
+        elif "fused" in group:
+            # SGD: its foreach path turns a tensor LR into a host scalar (lr.item(), a sync that
+            # breaks capture: "operation failed due to a previous error during capture" on an
+            # H200, torch 2.11); the fused kernel reads the LR on the device.
+            group["fused"], group["foreach"] = True, False
