@@ -151,6 +151,7 @@ class _GraphedStep:
         self.ts = ts
         self.static_x, self.static_y = x.clone(), y.clone()
         graph_safe_optimizer(ts.optimizer, x.device)
+        before = TrainingState(ts.eval_model, ts.optimizer)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -162,6 +163,9 @@ class _GraphedStep:
         with torch.cuda.graph(self.graph):
             self.static_loss = ts._forward_backward(self.static_x, self.static_y)
             ts.optimizer.step()
+        # The warm-up iterations trained on the first batch; capture itself computes nothing.
+        # Put weights, buffers and optimizer state back so that the first replay is step 0.
+        before.restore()
 
     def replay(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.static_x.copy_(x, non_blocking=True)
@@ -182,3 +186,34 @@ def graph_safe_optimizer(optimizer: torch.optim.Optimizer, device: torch.device)
             # breaks capture: "operation failed due to a previous error during capture" on an
             # H200, torch 2.11); the fused kernel reads the LR on the device.
             group["fused"], group["foreach"] = True, False
+
+
+class TrainingState:
+    """A copy of a model's parameters and buffers and its optimizer's state, restorable *in
+    place* (a captured graph holds those tensors' addresses). Optimizer state that did not exist
+    when the copy was taken is zeroed on restore, which is what a first step starts from
+    (momentum and Adam moments 0, step counter 0)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.tensors = {id(t): t.detach().clone() for t in self._model_tensors()}
+        self.opt_state = {id(p): {k: v.detach().clone() for k, v in st.items() if torch.is_tensor(v)}
+                          for p, st in optimizer.state.items()}
+
+    def _model_tensors(self):
+        yield from self.model.parameters()
+        yield from self.model.buffers()  # BN running statistics and counters
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for t in self._model_tensors():
+            t.copy_(self.tensors[id(t)])
+        for p, st in self.optimizer.state.items():
+            saved = self.opt_state.get(id(p), {})
+            for k, v in st.items():
+                if not torch.is_tensor(v):
+                    continue
+                if k in saved:
+                    v.copy_(saved[k])
+                else:
+                    v.zero_()

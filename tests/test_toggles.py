@@ -137,3 +137,43 @@ def test_graph_safe_sgd_keeps_numerics_and_schedule():
     assert float(opts[1][0].param_groups[0]["lr"]) == pytest.approx(opts[0][0].param_groups[0]["lr"], rel=1e-6)
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("workload", ["cosmoflow", "deepcam"])
+def test_training_state_restore_undoes_warmup_steps(workload):
+    """cuda_graphs warms up on the first batch before capture; TrainingState.restore must put
+    weights, BN statistics and optimizer state back so the first replay is a true step 0
+    (on an H200 the un-restored version started at half the baseline loss: fail_accuracy)."""
+    from harness.optimize import TrainingState, graph_safe_optimizer
+
+    wl = registry.get(workload)
+    size = wl.sizes["tiny"]
+    torch.manual_seed(0)
+    ref, m = wl.build_model(size), wl.build_model(size)
+    m.load_state_dict(ref.state_dict())
+    (ref_opt, _), (opt, _) = (wl.build_optimizer(model, size, 8, 3) for model in (ref, m))
+    if workload == "cosmoflow":  # capturable AdamW refuses CPU tensors; SGD's fused form runs here
+        graph_safe_optimizer(opt, torch.device("cpu"))
+        x, y = _batch()
+    else:
+        x, y = torch.randn(2, size.height, size.width, 16), torch.randint(0, 3, (2, size.height, size.width))  # N,H,W,C
+    x = wl.preprocess(wl.to_model_input(x))
+
+    def step(model, o):
+        o.zero_grad(set_to_none=True)
+        loss = wl.loss(model(x), y)
+        loss.backward()
+        o.step()
+        return loss.item()
+
+    first = step(ref, ref_opt)
+    second = step(ref, ref_opt)
+    state = TrainingState(m, opt)
+    for _ in range(3):
+        step(m, opt)
+    assert step(m, opt) != pytest.approx(first, rel=1e-3)  # the warm-up did change the model
+    state.restore()
+    assert step(m, opt) == pytest.approx(first, rel=1e-5)
+    assert step(m, opt) == pytest.approx(second, rel=1e-4)  # optimizer state restarted too
+    for a, b in zip(ref.state_dict().values(), m.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

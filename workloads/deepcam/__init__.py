@@ -5,6 +5,7 @@ Reference: MLPerf HPC DeepCAM (mlcommons/hpc deepcam, PyTorch). Facts:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,8 @@ class DeepCAM:
 
     def loss(self, output, target):
         # reference CELoss: weighted per-pixel CE (reduction='none'), then the plain mean
-        import torch
         import torch.nn.functional as F
-        w = torch.tensor(CLASS_WEIGHTS, device=output.device, dtype=torch.float32)
+        w = _class_weights(output.device)
         return F.cross_entropy(output.float(), target, weight=w, reduction="none").mean()
 
     def quality_sums(self, output, target) -> dict[str, float]:
@@ -92,3 +92,11 @@ class DeepCAM:
 
 
 WORKLOAD = DeepCAM()
+
+
+@functools.lru_cache(maxsize=None)
+def _class_weights(device):
+    """Made once per device: a per-step host-to-device copy of the weights costs a transfer and
+    can't be captured in a CUDA graph (pageable host memory)."""
+    import torch
+    return torch.tensor(CLASS_WEIGHTS, device=device, dtype=torch.float32)
