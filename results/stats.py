@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 N_BOOT = 2000
+BLOCK_ELEMS = 1 << 22  # resampled values held at once (32 MiB of float64)
 CI = 0.95
 
 
@@ -34,13 +35,29 @@ def _as_runs(runs: Sequence[Sequence[float]]) -> list[np.ndarray]:
 
 
 def _boot_medians(runs: list[np.ndarray], rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    """n_boot bootstrap replicates of the pooled median (runs, then steps within runs)."""
-    meds = np.empty(n_boot)
+    """n_boot bootstrap replicates of the pooled median (runs, then steps within runs).
+    Vectorised over replicates in blocks of about BLOCK_ELEMS resampled values: one replicate
+    picks k runs with replacement and len(run) steps from each, as a loop over replicates would."""
     k = len(runs)
-    for b in range(n_boot):
-        chosen = rng.integers(0, k, k) if k > 1 else np.zeros(1, dtype=int)
-        pooled = np.concatenate([runs[i][rng.integers(0, runs[i].size, runs[i].size)] for i in chosen])
-        meds[b] = np.median(pooled)
+    lens = np.array([r.size for r in runs])
+    width = int(lens.max())
+    table = np.full((k, width), np.nan)
+    for i, r in enumerate(runs):
+        table[i, :r.size] = r
+    ragged = bool((lens != width).any())
+    meds = np.empty(n_boot)
+    block = max(1, BLOCK_ELEMS // (k * width))
+    for start in range(0, n_boot, block):
+        b = min(block, n_boot - start)
+        chosen = rng.integers(0, k, (b, k)) if k > 1 else np.zeros((b, 1), dtype=int)
+        n = lens[chosen][..., None]                                   # (b, k, 1) steps per chosen run
+        steps = (rng.random((b, chosen.shape[1], width)) * n).astype(int)  # uniform in [0, n)
+        pooled = table[chosen[..., None], steps].reshape(b, -1)
+        if ragged:  # a shorter run contributes only its own length: blank the excess positions
+            pooled[(np.arange(width) >= n).reshape(b, -1)] = np.nan
+            meds[start:start + b] = np.nanmedian(pooled, axis=1)
+        else:
+            meds[start:start + b] = np.median(pooled, axis=1)
     return meds
 
 
