@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +139,22 @@ def _params(cfg: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | None = None) -> str:
+@dataclass
+class Known:
+    """What a bulk ingest learns up front instead of one MLflow search per record."""
+    complete: set[str]                 # run_ids already in the store in full
+    partial: dict[str, list[str]]      # run_id -> MLflow ids of runs an earlier ingest left half-written
+
+
+def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | None = None,
+               known: Known | None = None) -> str:
     """Ingest one finished record; returns 'added', 'present' or 'in progress'. A store that is
     briefly unreachable (a tracking server restarting) is retried with exponential backoff;
     the record itself is never changed, and a retry finishes or redoes a half-written run."""
     attempts = attempts or int(os.environ.get("HARNESS_INGEST_ATTEMPTS", RETRIES))
     for attempt in range(attempts):
-        try:
-            return _ingest_once(run_dir, tracking_uri, client)
+        try:  # a retry looks the run up afresh: the failed attempt may have left a half-written run
+            return _ingest_once(run_dir, tracking_uri, client, known if attempt == 0 else None)
         except schema.RecordError:
             raise
         except Exception:  # noqa: BLE001 - connection refused, 5xx, "database is locked" ...
@@ -155,7 +164,7 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | No
     raise AssertionError("unreachable")
 
 
-def _ingest_once(run_dir: Path, tracking_uri: str, client=None) -> str:
+def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | None = None) -> str:
     from mlflow.entities import Metric, Param, RunTag
 
     rec = schema.read_record(Path(run_dir), with_metrics=True)
@@ -166,11 +175,18 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None) -> str:
         return "in progress"
     client = client or _client(tracking_uri)
     exp_id = experiment_id(client)
-    if find_run(client, exp_id, rec["config"]["run_id"]) is not None:
+    run_id = rec["config"]["run_id"]
+    if known is None:
+        if find_run(client, exp_id, run_id) is not None:
+            return "present"
+    elif run_id in known.complete:
         return "present"
+    else:
+        for half_written in known.partial.pop(run_id, []):
+            client.delete_run(half_written)
     st = rec["status"]
     start_ms = int(st["started"] * 1000)
-    tags = _tags(rec)
+    tags = {**_tags(rec), COMPLETE_TAG: "0"}  # "1" comes with the last batch
     if tags["sweep"]:
         tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, tags["sweep"])
     run = client.create_run(exp_id, start_time=start_ms, tags=tags)
@@ -223,13 +239,30 @@ def _log_record_folder(client, run, run_dir: Path) -> None:
     client.log_artifacts(run.info.run_id, str(run_dir))
 
 
-def ingest_all(runs_root: Path, tracking_uri: str) -> dict[str, list[str]]:
+def known_runs(client, exp_id: str, tracking_uri: str) -> Known | None:
+    """For a sqlite store with a built run index: its complete run_ids, and one search for runs
+    still tagged incomplete. None elsewhere (a tracking server's index is the reader's, not
+    kept by ingest): each record is then looked up on its own."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    from results import store
+    done = store.index_run_ids(store.index_path(tracking_uri), tracking_uri)
+    if done is None:
+        return None
+    partial: dict[str, list[str]] = {}
+    for r in client.search_runs([exp_id], f"tags.{COMPLETE_TAG} = '0'", max_results=50_000):
+        partial.setdefault(r.data.tags.get("run_id", ""), []).append(r.info.run_id)
+    return Known(done, partial)
+
+
+def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, list[str]]:
     """Ingest every record under runs_root; unreadable records are reported, not fatal."""
-    client = _client(tracking_uri)
+    client = client or _client(tracking_uri)
+    known = known_runs(client, experiment_id(client), tracking_uri)
     out: dict[str, list[str]] = {"added": [], "present": [], "in progress": [], "broken": []}
     for d in sorted(p for p in Path(runs_root).glob("*") if p.is_dir()):
         try:
-            out[ingest_run(d, tracking_uri, client)].append(d.name)
+            out[ingest_run(d, tracking_uri, client, known=known)].append(d.name)
         except schema.RecordError as e:
             out["broken"].append(f"{d.name}: {e}")
     return out

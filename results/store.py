@@ -103,6 +103,16 @@ def index_read(path: Path, uri: str) -> pd.DataFrame | None:
     return _frame(rows)
 
 
+def index_run_ids(path: Path, uri: str) -> set[str] | None:
+    """run_ids of the complete runs of `uri` in the index, or None when it was never built."""
+    if not path.exists():
+        return None
+    with _db(path) as con:
+        if con.execute("SELECT 1 FROM built WHERE uri = ?", (uri,)).fetchone() is None:
+            return None
+        return {r for (r,) in con.execute("SELECT run_id FROM runs WHERE uri = ?", (uri,))}
+
+
 def reindex(tracking_uri: str, path: Path, experiment: str = EXPERIMENT) -> pd.DataFrame:
     """Rebuild the index for `tracking_uri` from a full MLflow search."""
     df_rows = _search(tracking_uri, experiment)

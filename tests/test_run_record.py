@@ -77,6 +77,27 @@ def test_ingest_load_runs_and_idempotence(tiny_run, tmp_path):
     assert len(load_runs(uri)) == 1
 
 
+@pytest.mark.parametrize("bulk", [True, False])
+def test_half_written_run_is_replaced_not_duplicated(tiny_run, tmp_path, bulk):
+    """An ingest that died after create_run leaves a run tagged incomplete; the next ingest
+    (bulk: one search up front; single: a search per record) deletes it and writes the run in full."""
+    from mlflow.tracking import MlflowClient
+
+    from results.ingest import COMPLETE_TAG, EXPERIMENT, _client, experiment_id
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    exp = experiment_id(_client(uri))
+    MlflowClient(uri).create_run(exp, tags={"run_id": tiny_run.name, "kind": "run", COMPLETE_TAG: "0"})
+    if bulk:
+        assert ingest_all(tiny_run.parent, uri)["added"] == [tiny_run.name]
+    else:
+        assert ingest_run(tiny_run, uri) == "added"
+    hits = MlflowClient(uri).search_runs([exp], f"tags.run_id = '{tiny_run.name}'")
+    assert [h.data.tags[COMPLETE_TAG] for h in hits] == ["1"]
+    assert MlflowClient(uri).get_experiment_by_name(EXPERIMENT).experiment_id == exp
+    assert len(load_runs(uri)) == 1
+
+
 def test_unreachable_store_keeps_record_then_make_ingest_catches_up(env, tmp_path):
     env = dict(env, MLFLOW_TRACKING_URI="http://127.0.0.1:9/")  # nothing listens on port 9
     env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
