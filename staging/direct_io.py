@@ -17,6 +17,16 @@ def align_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def direct_refused(path: str) -> str:
+    """Why O_DIRECT can't be used for `path`'s filesystem, or '' when it can."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            return f"O_DIRECT refused by the filesystem of {path} (EINVAL)"
+    return ""  # other errors (a missing file) are reported by the read itself
+
+
 class RangeReader:
     """Reads (path, offset, length) into a memoryview. `direct`: 'auto' (O_DIRECT when the
     filesystem supports it), 'on' (required: a refusal is an error) or 'off'."""

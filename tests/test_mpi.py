@@ -77,9 +77,15 @@ def test_instance_spanning_two_nodes_gets_a_full_copy_per_node(env, source, tmp_
         assert same_tree(source, tmp_path / node / "instance0")
 
 
-def test_rerun_after_interruption_stages_only_what_is_missing_or_wrong(env, source, tmp_path):
+# direct: "auto" takes the exchange path (O_DIRECT works on this ext4); "off" with one
+# instance takes the kernel-copy path (staging/local_copy.py). Both must behave alike.
+PATHS = pytest.mark.parametrize("direct", ["auto", "off"])
+
+
+@PATHS
+def test_rerun_after_interruption_stages_only_what_is_missing_or_wrong(env, source, tmp_path, direct):
     local = tmp_path / "local"
-    assert stage(env, 2, source, local).returncode == 0
+    assert stage(env, 2, source, local, "--direct", direct).returncode == 0
     copy = local / "instance0"
     names = sorted(read_manifest(source)["files"])
     (copy / names[0]).unlink()                                   # never written
@@ -87,35 +93,38 @@ def test_rerun_after_interruption_stages_only_what_is_missing_or_wrong(env, sour
     (copy / f"{names[2]}.part").write_bytes(b"half")             # a partial write left behind
     untouched = copy / names[3]
     mtime = untouched.stat().st_mtime_ns
-    out = stage(env, 2, source, local, report=tmp_path / "r.json")
+    out = stage(env, 2, source, local, "--direct", direct, report=tmp_path / "r.json")
     assert out.returncode == 0, out.stderr
     assert sorted(source_reads(tmp_path / "r.json")) == sorted(names[:2])
+    rounds = [r["rounds"] for r in json.loads((tmp_path / "r.json").read_text())["ranks"]]
+    assert (max(rounds) == 0) == (direct == "off")  # which path ran: kernel copies have no rounds
     assert json.loads(out.stdout.strip().splitlines()[-1])["files_staged"] == 2
     assert untouched.stat().st_mtime_ns == mtime and same_tree(source, copy)
 
 
-def test_bad_source_and_bad_target_give_one_line_exit_2_and_keep_staged_files(env, source, tmp_path):
+@PATHS
+def test_bad_source_and_bad_target_give_one_line_exit_2_and_keep_staged_files(env, source, tmp_path, direct):
     broken = tmp_path / "src"
     shutil.copytree(source, broken)
     local = tmp_path / "local"
-    assert stage(env, 2, broken, local).returncode == 0
+    assert stage(env, 2, broken, local, "--direct", direct).returncode == 0
     victim = sorted(read_manifest(broken)["files"])[5]
     raw = bytearray((broken / victim).read_bytes())
     raw[200] ^= 0xFF
     (broken / victim).write_bytes(bytes(raw))                     # same size, wrong bytes
     (local / "instance0" / victim).unlink()
-    out = stage(env, 2, broken, local)
+    out = stage(env, 2, broken, local, "--direct", direct)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
     assert "checksum mismatch" in out.stderr and victim in out.stderr
     assert len(list((local / "instance0").rglob("*.npy"))) == len(read_manifest(broken)["files"]) - 1
 
     (broken / victim).unlink()
-    out = stage(env, 2, broken, local)
+    out = stage(env, 2, broken, local, "--direct", direct)
     assert out.returncode == 2 and victim in out.stderr and out.stderr.strip().count("\n") == 0
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = stage(env, 2, source, blocker / "sub")
+    out = stage(env, 2, source, blocker / "sub", "--direct", direct)
     assert out.returncode == 2 and "not writable" in out.stderr and str(blocker) in out.stderr
 
 
