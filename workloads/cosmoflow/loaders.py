@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 import torch
 
 from harness.errors import DataError
+from workloads.batch_stream import batch_stream
 from workloads.cosmoflow.spec import CosmoFlowSize
 from workloads.manifest import split_files
 from workloads.npy_io import read_npy_into
@@ -47,9 +48,7 @@ class _BatchReader(torch.utils.data.Dataset):
 
 
 def torch_loader(root: Path, split: str, size: CosmoFlowSize, batches: Iterable[Sequence[int]]):
-    # batch_size=None: the sampler yields whole index batches, the dataset reads one batch per call
-    return torch.utils.data.DataLoader(_BatchReader(data_files(root, split), size),
-                                       sampler=batches, batch_size=None, num_workers=0)
+    return batch_stream(_BatchReader(data_files(root, split), size), batches)
 
 
 def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[Sequence[int]],

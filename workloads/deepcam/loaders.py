@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
+from workloads.batch_stream import batch_stream
 from workloads.deepcam.spec import DeepCAMSize
 from workloads.manifest import split_files
 
@@ -63,8 +64,7 @@ class _H5Batches(torch.utils.data.Dataset):
 
 
 def torch_loader(root: Path, split: str, size: DeepCAMSize, batches: Iterable[Sequence[int]]):
-    return torch.utils.data.DataLoader(_H5Batches(root, split, size), sampler=batches, batch_size=None,
-                                       num_workers=0)
+    return batch_stream(_H5Batches(root, split, size), batches)
 
 
 def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Sequence[int]],

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
+from workloads.batch_stream import batch_stream
 from workloads.lm.markov import SHARD_WINDOWS
 from workloads.lm.spec import LMSize
 from workloads.manifest import split_files
@@ -63,8 +64,7 @@ def n_windows(root: Path, split: str, size: LMSize) -> int:
 
 
 def torch_loader(root: Path, split: str, size: LMSize, batches: Iterable[Sequence[int]]):
-    return torch.utils.data.DataLoader(_WindowReader(shard_files(root, split), size),
-                                       sampler=batches, batch_size=None, num_workers=0)
+    return batch_stream(_WindowReader(shard_files(root, split), size), batches)
 
 
 def dali_loader(root: Path, split: str, size: LMSize, batches: Sequence[Sequence[int]], device_id: int | None):
