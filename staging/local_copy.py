@@ -30,6 +30,7 @@ class LocalCopier:
         self.bytes = self.files = 0
         self.crash: BaseException | None = None
         self._copy = os.copy_file_range
+        self._dirs: set[Path] = set()
         self._q: queue.Queue = queue.Queue(maxsize=64)
         self._thread = threading.Thread(target=self._verify_loop, daemon=True)
         self._thread.start()
@@ -45,7 +46,9 @@ class LocalCopier:
             return
         self.opened.append(str(src))
         try:
-            part.parent.mkdir(parents=True, exist_ok=True)
+            if part.parent not in self._dirs:  # one mkdir per directory, not per file
+                part.parent.mkdir(parents=True, exist_ok=True)
+                self._dirs.add(part.parent)
             fd_out = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as e:
             os.close(fd_in)
