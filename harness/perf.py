@@ -153,6 +153,45 @@ def loader_throughput(workload: str = "cosmoflow", size_name: str = "tiny", roun
     return out
 
 
+def dali_tuning(workload: str = "cosmoflow", size_name: str = "tiny", rounds: int = 3, epochs: int = 2) -> dict:
+    """The CPU DALI pipeline's reader settings (threads, prefetch queue depth, mmap or plain
+    reads; workloads/dali_opts.py), every combination, interleaved, as a fraction of raw reads
+    of the same files in the same order."""
+    import itertools
+
+    from workloads import dali_opts
+    wl = registry.get(workload)
+    size = wl.sizes[size_name]
+    cfg = RunConfig(workload=workload, size=size_name)
+    root = data.dataset_root(cfg)
+    data.ensure_dataset(wl, size, root, cfg.data_seed)
+    files = wl.files(root, "train")
+    labels = [f.with_name("label-" + f.name[len("data-"):]) for f in files]
+    file_bytes = files[0].stat().st_size + labels[0].stat().st_size
+    batches, _ = data.train_plan(len(files), size.batch_size, 1, epochs * (len(files) // size.batch_size))
+    order = [p for b in batches for i in b for p in (files[i], labels[i])]
+    buf = bytearray(files[0].stat().st_size)
+    _raw_read_bps(order, buf)  # warm the page cache
+    grid = list(itertools.product((1, 2, 4), (1, 2, 4), (True, False)))
+    saved = (dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP)
+    raw, got = [], {g: [] for g in grid}
+    try:
+        for _ in range(rounds):
+            raw.append(_raw_read_bps(order, buf))
+            for g in grid:
+                dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP = g
+                got[g].append(_loader_bps(lambda b: wl.dali_loader(root, "train", size, b, None), batches, file_bytes))
+    finally:
+        dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP = saved
+    r = float(np.median(raw))
+    table = sorted(({"threads": t, "prefetch_depth": d, "mmap": m, "gb_per_s": float(np.median(v)) / 1e9,
+                     "fraction_of_raw_read": float(np.median(v)) / r} for (t, d, m), v in got.items()),
+                   key=lambda row: -row["gb_per_s"])
+    return {"workload": workload, "size": size_name, "rounds": rounds, "raw_read_gb_per_s": r / 1e9,
+            "defaults": {"threads": dali_opts.num_threads(), "prefetch_depth": dali_opts.PREFETCH_DEPTH,
+                         "mmap": dali_opts.USE_MMAP}, "by_setting": table}
+
+
 def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps: int = 40) -> dict:
     """Share of steady step time spent waiting for the next batch, per loader path, with the
     prefetch thread (prefetch=2) and inline (prefetch=0, the CPU default)."""
@@ -175,6 +214,7 @@ def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps:
 
 
 BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": loader_throughput,
+              "dali_tuning": dali_tuning,
               "data_wait_share": data_wait_share, "staging_throughput": perf_mpi.staging_throughput,
               "ddp_scaling": perf_mpi.ddp_scaling, "ingest_rate": portal_perf.ingest_rate,
               "portal_render": portal_perf.portal_render}

@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 import torch
 
 from harness.errors import DataError
+from workloads import dali_opts
 from workloads.batch_stream import batch_stream
 from workloads.cosmoflow.spec import CosmoFlowSize
 from workloads.manifest import split_files
@@ -64,13 +65,13 @@ def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[S
         return iter(())
     batch_size = max(len(b) for b in batches)
 
-    @pipeline_def(batch_size=batch_size, num_threads=2, device_id=device_id, prefetch_queue_depth=2,
-                  exec_dynamic=True)
+    @pipeline_def(batch_size=batch_size, num_threads=dali_opts.num_threads(), device_id=device_id,
+                  prefetch_queue_depth=dali_opts.PREFETCH_DEPTH, exec_dynamic=True)
     def pipe():
         x = fn.readers.numpy(files=[str(p) for p in seq], name="data", random_shuffle=False,
-                             pad_last_batch=True, dont_use_mmap=False)
+                             pad_last_batch=True, dont_use_mmap=not dali_opts.USE_MMAP)
         y = fn.readers.numpy(files=[str(_label_file(p)) for p in seq], random_shuffle=False,
-                             pad_last_batch=True)
+                             pad_last_batch=True, dont_use_mmap=not dali_opts.USE_MMAP)
         if device_id is not None:  # GPU: hand over device tensors; preprocess runs there
             x, y = x.gpu(), y.gpu()
         return x, y

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
+from workloads import dali_opts
 from workloads.batch_stream import batch_stream
 from workloads.deepcam.spec import DeepCAMSize
 from workloads.manifest import split_files
@@ -83,11 +84,12 @@ def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Seq
     labels = [str(npy / f"label-{names[i][len('data-'):]}.npy") for i in seq]
     lo, inv = stats(root)
 
-    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=2, device_id=device_id,
-                  prefetch_queue_depth=2, exec_dynamic=True)
+    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=dali_opts.num_threads(), device_id=device_id,
+                  prefetch_queue_depth=dali_opts.PREFETCH_DEPTH, exec_dynamic=True)
     def pipe():
-        x = fn.readers.numpy(files=data, random_shuffle=False, pad_last_batch=True, name="data")
-        y = fn.readers.numpy(files=labels, random_shuffle=False, pad_last_batch=True)
+        mmap = dali_opts.USE_MMAP
+        x = fn.readers.numpy(files=data, random_shuffle=False, pad_last_batch=True, name="data", dont_use_mmap=not mmap)
+        y = fn.readers.numpy(files=labels, random_shuffle=False, pad_last_batch=True, dont_use_mmap=not mmap)
         if device_id is not None:
             x, y = x.gpu(), y.gpu()
         x = fn.normalize(x, mean=lo.reshape(1, 1, -1), stddev=(1.0 / inv).reshape(1, 1, -1), axes=[0, 1])
