@@ -1,5 +1,6 @@
 """`make gpu-check`: one short script for a lent GPU machine. NCCL all-reduce smoke test, then
-the gpu-check sweep (CUDA Graphs, DALI on the GPU, compile, amp) with its speedup table."""
+the gpu-check sweep (CUDA Graphs, DALI on the GPU, compile, amp on CosmoFlow) and the
+gpu-graphs sweep (CUDA Graphs on DeepCAM and the LM), each with its speedup table."""
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     print(nccl_smoke())
     from harness import sweep
-    return sweep.main(Path(__file__).parent / "sweeps" / "gpu-check.yaml",
-                      repeats=int(os.environ.get("REPEATS", "0")))
+    repeats = int(os.environ.get("REPEATS", "0"))
+    return max(sweep.main(Path(__file__).parent / "sweeps" / f"{name}.yaml", repeats=repeats)
+               for name in ("gpu-check", "gpu-graphs"))
 
 
 if __name__ == "__main__":

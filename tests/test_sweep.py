@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,15 @@ def test_expansion_sets_and_labels(tmp_path):
     assert by["+amp"].toggles.amp == "bf16"  # default on-value for amp
     assert by["all_on"].toggles.enabled() == ["channels_last", "compile", "amp"]  # cuda_graphs can't run here
     assert by["all_on-compile"].toggles.enabled() == ["channels_last", "amp"]
+
+
+@pytest.mark.parametrize("path", sorted((Path(sweep.__file__).parent / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_bundled_sweep_files_load_and_plan(path):
+    """The shipped sweeps (demo, gpu-check, gpu-graphs ...) validate and expand; a typo in one
+    would otherwise surface only on the machine it is meant for."""
+    s = sweep.load(path)
+    runs = sweep.plan(s, "cuda" if path.stem.startswith("gpu") else "cpu")
+    assert runs and {c.workload for _, c in runs} == set(s.workloads)
 
 
 def test_interleaving_is_round_robin():
