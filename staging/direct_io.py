@@ -17,13 +17,17 @@ def align_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _refused(path: str) -> str:
+    return f"O_DIRECT refused by the filesystem of {path} (EINVAL)"
+
+
 def direct_refused(path: str) -> str:
     """Why O_DIRECT can't be used for `path`'s filesystem, or '' when it can."""
     try:
         os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
     except OSError as e:
         if e.errno == errno.EINVAL:
-            return f"O_DIRECT refused by the filesystem of {path} (EINVAL)"
+            return _refused(path)
     return ""  # other errors (a missing file) are reported by the read itself
 
 
@@ -54,7 +58,7 @@ class RangeReader:
                 if e.errno != errno.EINVAL or self.direct == "on":
                     os.close(plain)
                     raise
-                self.mode, self.fallback_reason = "buffered", f"O_DIRECT refused by the filesystem of {path} (EINVAL)"
+                self.mode, self.fallback_reason = "buffered", _refused(path)
         self._path, self._fds = path, (plain, direct_fd)
         self.opened.append(path)
         return self._fds

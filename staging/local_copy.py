@@ -18,6 +18,8 @@ import threading
 import zlib
 from pathlib import Path
 
+from workloads.manifest import mismatch
+
 KERNEL_COPY_REFUSED = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 
 
@@ -110,10 +112,10 @@ class LocalCopier:
                     crc = zlib.crc32(m)  # releases the GIL: overlaps the next copy
         finally:
             os.close(fd)
-        if size != want["bytes"] or f"crc32:{crc:08x}" != want["checksum"]:
+        problem = mismatch(name, size, crc, want)
+        if problem:
             part.unlink(missing_ok=True)
-            self.errors.append(f"checksum mismatch for {name}: staged {size} bytes crc32:{crc:08x}, "
-                               f"manifest says {want['bytes']} bytes {want['checksum']}")
+            self.errors.append(problem)
             return
         os.replace(part, self.dest / name)
         self.files += 1

@@ -31,7 +31,7 @@ from pathlib import Path
 from staging.direct_io import ALIGN, RangeReader, align_up, direct_refused
 from staging.local_copy import LocalCopier
 from staging.layout import Layout
-from workloads.manifest import MANIFEST, checksum, read_manifest
+from workloads.manifest import MANIFEST, checksum, mismatch, read_manifest
 
 DEFAULT_CHUNK = 16 << 20  # bytes per member per round (NVIDIA: ~1 GiB per collective in total)
 NBUF = 3  # rounds in flight: one being read and exchanged, two being checksummed and written
@@ -174,9 +174,9 @@ class _Writer:
         size = os.fstat(fd).st_size
         os.close(fd)
         want, crc = self.meta[name], self.crc.pop(name, 0)
-        if size != want["bytes"] or f"crc32:{crc:08x}" != want["checksum"]:
-            self._drop(name, f"checksum mismatch for {name}: staged {size} bytes crc32:{crc:08x}, "
-                             f"manifest says {want['bytes']} bytes {want['checksum']}")
+        problem = mismatch(name, size, crc, want)
+        if problem:
+            self._drop(name, problem)
             return
         os.replace(f"{final}.part", final)
         self.files += 1

@@ -18,6 +18,15 @@ def checksum(path: Path) -> str:
     return f"crc32:{crc:08x}"
 
 
+def mismatch(name: str, size: int, crc: int, entry: dict) -> str | None:
+    """Why a copy of `name` with this size and crc32 is not the file the manifest `entry`
+    describes, or None when it is."""
+    got = f"crc32:{crc:08x}"
+    if size == entry["bytes"] and got == entry["checksum"]:
+        return None
+    return f"checksum mismatch for {name}: staged {size} bytes {got}, manifest says {entry['bytes']} bytes {entry['checksum']}"
+
+
 def write_manifest(root: Path) -> dict:
     files = {}
     for p in sorted(root.rglob("*")):
