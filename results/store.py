@@ -94,23 +94,29 @@ def mark_built(path: Path, uri: str) -> None:
 
 def index_read(path: Path, uri: str) -> pd.DataFrame | None:
     """The indexed runs of `uri`, or None when the index was never built for it."""
-    if not path.exists():
+    con = _built_db(path, uri)
+    if con is None:
         return None
-    with _db(path) as con:
-        if con.execute("SELECT 1 FROM built WHERE uri = ?", (uri,)).fetchone() is None:
-            return None
+    with con:
         rows = [json.loads(r) for (r,) in con.execute("SELECT row FROM runs WHERE uri = ?", (uri,))]
     return _frame(rows)
 
 
 def index_run_ids(path: Path, uri: str) -> set[str] | None:
     """run_ids of the complete runs of `uri` in the index, or None when it was never built."""
+    con = _built_db(path, uri)
+    if con is None:
+        return None
+    with con:
+        return {r for (r,) in con.execute("SELECT run_id FROM runs WHERE uri = ?", (uri,))}
+
+
+def _built_db(path: Path, uri: str) -> sqlite3.Connection | None:
+    """The index connection when the index was built for `uri`, else None."""
     if not path.exists():
         return None
-    with _db(path) as con:
-        if con.execute("SELECT 1 FROM built WHERE uri = ?", (uri,)).fetchone() is None:
-            return None
-        return {r for (r,) in con.execute("SELECT run_id FROM runs WHERE uri = ?", (uri,))}
+    con = _db(path)
+    return con if con.execute("SELECT 1 FROM built WHERE uri = ?", (uri,)).fetchone() else None
 
 
 def reindex(tracking_uri: str, path: Path, experiment: str = EXPERIMENT) -> pd.DataFrame:
