@@ -3,8 +3,6 @@ olympic scoring, weak scaling under real mpiexec, MFU and the bottleneck breakdo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

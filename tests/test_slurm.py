@@ -3,15 +3,13 @@ integration against the real single-node Slurm that `make test` starts (harness.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, harness, tiny_dataset
+from conftest import harness, tiny_dataset
 
 SWEEP4 = """name: {name}
 workloads: [cosmoflow]

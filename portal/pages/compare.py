@@ -2,14 +2,13 @@
 metric deltas with CIs, and a plain verdict per metric."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from portal import data
-from results import report, schema
+from results import schema
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
