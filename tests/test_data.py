@@ -61,6 +61,37 @@ def test_torch_and_dali_loaders_yield_identical_samples(tiny_root):
         assert torch.equal(xt[0], torch.from_numpy(raw))
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_batches_read_by_several_threads_equal_one_thread(tiny_root, threads):
+    from workloads.cosmoflow.loaders import torch_loader
+    size = registry.get("cosmoflow").sizes["tiny"]
+    batches = [[7, 2, 9, 0, 5, 1, 3, 8], [4, 6, 10], [11]]
+    one = list(torch_loader(tiny_root, "val", size, batches, threads=1))
+    many = list(torch_loader(tiny_root, "val", size, batches, threads=threads))
+    for (x1, y1), (xn, yn) in zip(one, many, strict=True):
+        assert torch.equal(x1, xn) and torch.equal(y1, yn)
+
+
+def test_parallel_fill_waits_for_every_chunk_and_raises_the_first_error():
+    """Chunks of 6 slots over 3 threads: [0,1] [2,3] [4,5]. The middle and last fail, the last
+    only after a delay: the error is the middle chunk's, raised after the last chunk finished."""
+    import time
+
+    from workloads import parallel_fill
+    done = []
+
+    def read_slots(slots: range) -> None:
+        if slots.start == 4:
+            time.sleep(0.2)
+        done.append(slots.start)
+        if slots.start > 0:
+            raise DataError(f"bad file in slot {slots.start}")
+
+    with pytest.raises(DataError, match="slot 2$"):
+        parallel_fill.fill(6, read_slots, threads=3)
+    assert sorted(done) == [0, 2, 4]
+
+
 def _copy_dataset(src: Path, dst: Path) -> Path:
     import shutil
     shutil.copytree(src, dst)

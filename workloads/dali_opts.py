@@ -1,4 +1,5 @@
-"""Reader settings the workloads' whole-file DALI pipelines (CosmoFlow, DeepCAM) share, tuned
+"""Reader settings the workloads' DALI pipelines share (USE_MMAP: the whole-file ones, CosmoFlow
+and DeepCAM; the LM's region-of-interest reads of its shards keep DALI's default), tuned
 with `make perf` (dali_tuning: every combination of threads 1/2/4, queue depth 1/2/4 and mmap
 on/off, interleaved, against raw reads of the same files). On the 2-core CPU machine with
 CosmoFlow tiny, plain reads (dont_use_mmap) beat mmap at every thread count and depth:
@@ -16,7 +17,5 @@ THREADS = 0          # 0: as many as torch's intra-op threads (the cores the har
 
 
 def num_threads() -> int:
-    if THREADS:
-        return THREADS
-    import torch
-    return max(1, torch.get_num_threads())
+    from workloads.parallel_fill import rank_threads
+    return THREADS or rank_threads()

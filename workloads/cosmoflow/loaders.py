@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
-from workloads import dali_opts
+from workloads import dali_opts, parallel_fill
 from workloads.batch_stream import batch_stream
 from workloads.cosmoflow.spec import CosmoFlowSize
 from workloads.manifest import split_files
@@ -21,20 +21,23 @@ def data_files(root: Path, split: str) -> list[Path]:
     return split_files(root, split, "data-", ".npy")
 
 
-def _label_file(p: Path) -> Path:
+def label_file(p: Path) -> Path:
+    """The targets file beside a sample file."""
     return p.with_name("label-" + p.name[len("data-"):])
 
 
 class _BatchReader(torch.utils.data.Dataset):
     """Indexed by a whole batch of sample indices: reads every file straight into one
-    preallocated (pinned, when a GPU will take it) int16 batch buffer: no temporaries, no collate."""
+    preallocated (pinned, when a GPU will take it) int16 batch buffer: no temporaries, no collate.
+    The rank's threads read the batch's slots in parallel (workloads/parallel_fill.py)."""
 
-    def __init__(self, files: list[Path], size: CosmoFlowSize):
+    def __init__(self, files: list[Path], size: CosmoFlowSize, threads: int):
         # plain strings, computed once: pathlib per file costs as much as reading 100 KiB here
         self.files = [str(p) for p in files]
-        self.labels = [str(_label_file(p)) for p in files]
+        self.labels = [str(label_file(p)) for p in files]
         self.size = size
         self.pin = torch.cuda.is_available()
+        self.threads = threads
 
     def __len__(self) -> int:
         return len(self.files)
@@ -42,9 +45,13 @@ class _BatchReader(torch.utils.data.Dataset):
     def __getitem__(self, idx: Sequence[int]):
         x, y = self._buffers(len(idx))
         xn, yn = x.numpy(), y.numpy()
-        for j, i in enumerate(idx):
-            read_npy_into(self.files[i], xn[j])
-            read_npy_into(self.labels[i], yn[j])
+
+        def read_slots(slots: range) -> None:
+            for j in slots:
+                read_npy_into(self.files[idx[j]], xn[j])
+                read_npy_into(self.labels[idx[j]], yn[j])
+
+        parallel_fill.fill(len(idx), read_slots, self.threads)
         return x, y
 
     def _buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,8 +64,11 @@ class _BatchReader(torch.utils.data.Dataset):
         return torch.from_numpy(np.empty(x_shape, np.int16)), torch.from_numpy(np.empty(y_shape, np.float32))
 
 
-def torch_loader(root: Path, split: str, size: CosmoFlowSize, batches: Iterable[Sequence[int]]):
-    return batch_stream(_BatchReader(data_files(root, split), size), batches)
+def torch_loader(root: Path, split: str, size: CosmoFlowSize, batches: Iterable[Sequence[int]],
+                 threads: int | None = None):
+    """threads: readers per batch; None = the rank's threads."""
+    return batch_stream(_BatchReader(data_files(root, split), size, threads or parallel_fill.rank_threads()),
+                        batches)
 
 
 def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[Sequence[int]],
@@ -79,7 +89,7 @@ def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[S
     def pipe():
         x = fn.readers.numpy(files=[str(p) for p in seq], name="data", random_shuffle=False,
                              pad_last_batch=True, dont_use_mmap=not dali_opts.USE_MMAP)
-        y = fn.readers.numpy(files=[str(_label_file(p)) for p in seq], random_shuffle=False,
+        y = fn.readers.numpy(files=[str(label_file(p)) for p in seq], random_shuffle=False,
                              pad_last_batch=True, dont_use_mmap=not dali_opts.USE_MMAP)
         if device_id is not None:  # GPU: hand over device tensors; preprocess runs there
             x, y = x.gpu(), y.gpu()
