@@ -84,6 +84,18 @@ def geomean_speedup(pairs: Sequence[tuple[Sequence[Sequence[float]], Sequence[Se
     return {"speedup": point, "ci_lo": float(lo), "ci_hi": float(hi), "n": len(results)}
 
 
+def paired_ratio(num: Sequence[float], den: Sequence[float], n_boot: int = N_BOOT,
+                 seed: int = 0) -> dict[str, float]:
+    """Median of the per-pair ratios num[i] / den[i], each pair measured back to back so that
+    drift between pairs cancels, with a percentile bootstrap CI over pairs."""
+    r = np.asarray(num, dtype=float) / np.asarray(den, dtype=float)
+    if r.size == 0:
+        raise ValueError("no samples")
+    reps = np.median(r[np.random.default_rng(seed).integers(0, r.size, (n_boot, r.size))], axis=1)
+    lo, hi = np.quantile(reps, [(1 - CI) / 2, (1 + CI) / 2])
+    return {"ratio": float(np.median(r)), "ci_lo": float(lo), "ci_hi": float(hi)}
+
+
 def verdict(ci_lo: float, ci_hi: float) -> str:
     """For a ratio where > 1 means faster: a plain word, 'within noise' when the CI holds 1."""
     if ci_lo > 1.0:
