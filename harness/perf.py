@@ -1,6 +1,6 @@
 """`make perf`: benchmarks, not tests. Figures go to results/perf/perf.json (and stdout).
 
-loader_throughput: bytes/s each loader path delivers vs raw sequential reads of the same files.
+loader_throughput, dali_tuning: harness/perf_loader.py.
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -13,14 +13,12 @@ import argparse
 import json
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from harness import data, envinfo, loop, perf_mpi, registry
+from harness import data, envinfo, loop, perf_loader, perf_mpi, registry
 from portal import perf as portal_perf
 from harness.config import RunConfig
 from harness.dist import DistInfo
@@ -99,114 +97,6 @@ def harness_overhead() -> dict:
     return out
 
 
-def _raw_read_bps(paths: list[Path], buf: bytearray) -> float:
-    """Plain sequential reads of the files into one reused buffer (page cache warm): the
-    physical limit for any loader on this machine."""
-    t0, total = now(), 0
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            total += f.readinto(buf)
-    return total / (now() - t0)
-
-
-def _loader_bps(make_iter, batches, file_bytes: int) -> float:
-    t0 = now()
-    n = sum(1 for _ in make_iter(batches))
-    assert n == len(batches)
-    return sum(len(b) for b in batches) * file_bytes / (now() - t0)
-
-
-@dataclass
-class _ReadSetup:
-    """A workload's training files (data + label) in the order `epochs` epochs read them, with
-    the page cache warmed by one raw pass: what the loader benchmarks compare against."""
-    wl: object
-    size: object
-    root: Path
-    batches: list
-    order: list[Path]
-    file_bytes: int
-    buf: bytearray
-
-    @classmethod
-    def build(cls, workload: str, size_name: str, epochs: int) -> "_ReadSetup":
-        wl = registry.get(workload)
-        size = wl.sizes[size_name]
-        cfg = RunConfig(workload=workload, size=size_name)
-        root = data.dataset_root(cfg)
-        data.ensure_dataset(wl, size, root, cfg.data_seed)
-        files = wl.files(root, "train")
-        labels = [f.with_name("label-" + f.name[len("data-"):]) for f in files]  # read beside each sample
-        batches, _ = data.train_plan(len(files), size.batch_size, 1, epochs * (len(files) // size.batch_size))
-        order = [p for b in batches for i in b for p in (files[i], labels[i])]
-        setup = cls(wl, size, root, batches, order, files[0].stat().st_size + labels[0].stat().st_size,
-                    bytearray(files[0].stat().st_size))
-        setup.raw_bps()  # warm the page cache
-        return setup
-
-    def raw_bps(self) -> float:
-        return _raw_read_bps(self.order, self.buf)
-
-    def loader_bps(self, make_iter) -> float:
-        return _loader_bps(make_iter, self.batches, self.file_bytes)
-
-
-def loader_throughput(workload: str = "cosmoflow", size_name: str = "tiny", rounds: int = 5,
-                      epochs: int = 4) -> dict:
-    """Bytes/s of sample files (data + label) delivered in batches, with no model attached, for each loader
-    path, against raw sequential reads of the same files in the same order. Each round streams
-    `epochs` epochs through one loader, as a run does (set-up amortised). Rounds interleaved."""
-    r = _ReadSetup.build(workload, size_name, epochs)
-    wl, size, root = r.wl, r.size, r.root
-    paths = {
-        "raw_read": r.raw_bps,
-        "torch": lambda: r.loader_bps(lambda b: wl.torch_loader(root, "train", size, b)),
-        "torch+prefetch": lambda: r.loader_bps(
-            lambda b: data.Prefetcher(wl.torch_loader(root, "train", size, b), data.PREFETCH_DEPTH)),
-        "dali_cpu": lambda: r.loader_bps(lambda b: wl.dali_loader(root, "train", size, b, None)),
-    }
-    samples: dict[str, list[float]] = {k: [] for k in paths}
-    for _ in range(rounds):
-        for k, fn in paths.items():
-            samples[k].append(fn())
-    med = {k: float(np.median(v)) for k, v in samples.items()}
-    out = {"workload": workload, "size": size_name, "file_bytes": r.file_bytes, "files_per_round": len(r.order),
-           "rounds": rounds, "gb_per_s": {k: v / 1e9 for k, v in med.items()},
-           "fraction_of_raw_read": {k: v / med["raw_read"] for k, v in med.items() if k != "raw_read"},
-           "target": "torch path >= 0.90 of raw read"}
-    out["meets_target"] = out["fraction_of_raw_read"]["torch"] >= 0.9
-    return out
-
-
-def dali_tuning(workload: str = "cosmoflow", size_name: str = "tiny", rounds: int = 3, epochs: int = 2) -> dict:
-    """The CPU DALI pipeline's reader settings (threads, prefetch queue depth, mmap or plain
-    reads; workloads/dali_opts.py), every combination, interleaved, as a fraction of raw reads
-    of the same files in the same order."""
-    import itertools
-
-    from workloads import dali_opts
-    r = _ReadSetup.build(workload, size_name, epochs)
-    wl, size, root = r.wl, r.size, r.root
-    grid = list(itertools.product((1, 2, 4), (1, 2, 4), (True, False)))
-    saved = (dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP)
-    raw, got = [], {g: [] for g in grid}
-    try:
-        for _ in range(rounds):
-            raw.append(r.raw_bps())
-            for g in grid:
-                dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP = g
-                got[g].append(r.loader_bps(lambda b: wl.dali_loader(root, "train", size, b, None)))
-    finally:
-        dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP = saved
-    raw_med = float(np.median(raw))
-    table = sorted(({"threads": t, "prefetch_depth": d, "mmap": m, "gb_per_s": float(np.median(v)) / 1e9,
-                     "fraction_of_raw_read": float(np.median(v)) / raw_med} for (t, d, m), v in got.items()),
-                   key=lambda row: -row["gb_per_s"])
-    return {"workload": workload, "size": size_name, "rounds": rounds, "raw_read_gb_per_s": raw_med / 1e9,
-            "defaults": {"threads": dali_opts.num_threads(), "prefetch_depth": dali_opts.PREFETCH_DEPTH,
-                         "mmap": dali_opts.USE_MMAP}, "by_setting": table}
-
-
 def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps: int = 40) -> dict:
     """Share of steady step time spent waiting for the next batch, per loader path, with the
     prefetch thread (prefetch=2) and inline (prefetch=0, the CPU default)."""
@@ -228,8 +118,8 @@ def data_wait_share(workload: str = "cosmoflow", size_name: str = "tiny", steps:
     return out
 
 
-BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": loader_throughput,
-              "dali_tuning": dali_tuning,
+BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_loader.loader_throughput,
+              "dali_tuning": perf_loader.dali_tuning,
               "data_wait_share": data_wait_share, "staging_throughput": perf_mpi.staging_throughput,
               "ddp_scaling": perf_mpi.ddp_scaling, "ingest_rate": portal_perf.ingest_rate,
               "portal_render": portal_perf.portal_render}

@@ -20,6 +20,14 @@ def h5_files(root: Path, split: str) -> list[Path]:
     return split_files(root, split, "data-", ".h5")
 
 
+def npy_files(root: Path, split: str) -> tuple[list[Path], list[Path]]:
+    """NVIDIA's numpy conversion read by the DALI path: (data, label) files of each sample,
+    indexed like h5_files."""
+    npy = root / "npy" / split
+    names = [p.name[len("data-"):-len(".h5")] for p in h5_files(root, split)]
+    return [npy / f"data-{n}.npy" for n in names], [npy / f"label-{n}.npy" for n in names]
+
+
 def stats(root: Path) -> tuple[np.ndarray, np.ndarray]:
     """(minval, 1 / (maxval - minval)) per channel, float32."""
     import h5py
@@ -75,13 +83,13 @@ def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Seq
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    names = [p.name[:-len(".h5")] for p in h5_files(root, split)]
     seq = [i for b in batches for i in b]
     if not seq:
         return iter(())
+    npy_data, npy_labels = npy_files(root, split)
+    data = [str(npy_data[i]) for i in seq]
+    labels = [str(npy_labels[i]) for i in seq]
     npy = root / "npy" / split
-    data = [str(npy / f"{names[i]}.npy") for i in seq]
-    labels = [str(npy / f"label-{names[i][len('data-'):]}.npy") for i in seq]
     lo, inv = stats(root)
 
     @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=dali_opts.num_threads(), device_id=device_id,

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
+from workloads import dali_opts
 from workloads.batch_stream import batch_stream
 from workloads.lm.markov import SHARD_WINDOWS
 from workloads.lm.spec import LMSize
@@ -81,8 +82,8 @@ def dali_loader(root: Path, split: str, size: LMSize, batches: Sequence[Sequence
     paths = [str(files[i // SHARD_WINDOWS]) for i in seq]
     starts = np.array([(i % SHARD_WINDOWS) * window for i in seq], np.int32)
 
-    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=2, device_id=device_id,
-                  prefetch_queue_depth=2, exec_dynamic=True)
+    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=dali_opts.num_threads(), device_id=device_id,
+                  prefetch_queue_depth=dali_opts.PREFETCH_DEPTH, exec_dynamic=True)
     def pipe():
         roi = fn.external_source(source=lambda info: starts[info.idx_in_epoch % len(starts)][None],
                                  batch=False, dtype=types.INT32)
