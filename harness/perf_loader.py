@@ -10,9 +10,10 @@ dali_tuning: the CPU DALI pipeline's reader settings, every combination, against
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from harness import data, registry
 from harness.config import RunConfig
 from harness.timing import now
 from results import stats
+from workloads import parallel_fill
 
 
 @dataclass
@@ -114,7 +116,31 @@ def _loader_paths(workload: str, r: _ReadSetup) -> dict[str, tuple[str, Callable
     if workload == "cosmoflow":  # the only path that reads a batch with several threads
         from workloads.cosmoflow.loaders import torch_loader
         paths["torch, 1 reader thread"] = ("torch", lambda b: torch_loader(root, "train", size, b, threads=1))
+        paths[f"raw_read, {parallel_fill.rank_threads()} threads"] = ("torch", lambda b: _raw_parallel(r, b))
     return paths
+
+
+def _raw_parallel(r: _ReadSetup, batches: list) -> Iterator[None]:
+    """Plain reads of each batch's files (in the loaders' sample order) with the rank's
+    threads, each thread into its own reused buffer: the limit for a loader reading with as
+    many threads. Not a loader; it shows what the sequential-read reference leaves out."""
+    files = r.reads["torch"].files
+    k = len(files) // sum(len(b) for b in batches)  # files per sample
+    local = threading.local()
+
+    def read(group: list[Path], j: int) -> None:
+        if not hasattr(local, "buf"):
+            local.buf = bytearray(len(r.buf))
+        for p in group[j * k:(j + 1) * k]:
+            with open(p, "rb", buffering=0) as f:
+                f.readinto(local.buf)
+
+    pos = 0
+    for b in batches:
+        group = files[pos:pos + k * len(b)]
+        pos += len(group)
+        parallel_fill.fill(len(b), lambda j: read(group, j), parallel_fill.rank_threads())
+        yield None
 
 
 def _loader_figures(workload: str, size_name: str, rounds: int, epochs: int) -> dict:

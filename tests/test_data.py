@@ -72,24 +72,26 @@ def test_batches_read_by_several_threads_equal_one_thread(tiny_root, threads):
         assert torch.equal(x1, xn) and torch.equal(y1, yn)
 
 
-def test_parallel_fill_waits_for_every_chunk_and_raises_the_first_error():
-    """Chunks of 6 slots over 3 threads: [0,1] [2,3] [4,5]. The middle and last fail, the last
-    only after a delay: the error is the middle chunk's, raised after the last chunk finished."""
+def test_parallel_fill_attempts_every_slot_and_raises_the_lowest_failure():
+    """Slots 2 and 4 fail, 4 first (slot 2 is slow): the error is slot 2's whichever thread
+    took it, raised only after every slot (the slow one included) has been read."""
     import time
 
     from workloads import parallel_fill
     done = []
 
-    def read_slots(slots: range) -> None:
-        if slots.start == 4:
+    def read_slot(j: int) -> None:
+        if j == 2:
             time.sleep(0.2)
-        done.append(slots.start)
-        if slots.start > 0:
-            raise DataError(f"bad file in slot {slots.start}")
+        done.append(j)
+        if j in (2, 4):
+            raise DataError(f"bad file in slot {j}")
 
-    with pytest.raises(DataError, match="slot 2$"):
-        parallel_fill.fill(6, read_slots, threads=3)
-    assert sorted(done) == [0, 2, 4]
+    for threads in (1, 2, 3):
+        done.clear()
+        with pytest.raises(DataError, match="slot 2$"):
+            parallel_fill.fill(6, read_slot, threads)
+        assert sorted(done) == list(range(6))
 
 
 def _copy_dataset(src: Path, dst: Path) -> Path:

@@ -1,25 +1,32 @@
-"""Fill a batch's slots with several threads: the calling thread reads the first contiguous
-chunk of slots and a shared pool reads the others, each thread straight into its own slots.
+"""Fill a batch's slots with several threads: the calling thread and T-1 helper threads take
+slots from one shared counter until none are left, each reading straight into its own slot.
 
 Why: a loader's reads from the page cache are memory copies done by the kernel, and one core's
 copy bandwidth is the limit of a single-threaded loader. os.readv releases the GIL, so T
 threads copy in parallel (what DALI's reader threads do). Measured on the 2-core CPU machine
 (CosmoFlow tiny, 256 KiB samples, each loader pass paired with a raw read pass): one thread
-0.87 of raw sequential reads, two threads 1.01 (make perf, loader_throughput).
+0.82 of raw sequential reads, two threads 0.9-1.0 (make perf, loader_throughput).
 
-The pool is per process (re-made after a fork) and shared by every loader, so building a
-loader per evaluation starts no threads. Its workers never wait on anything, so a caller
-waiting on them cannot deadlock.
+Why not concurrent.futures: its submit/Future/wait round trip cost 75 us per batch here (12% of
+a 600 us CosmoFlow tiny batch); a bare lock as the done signal costs 24 us. Slots are taken
+dynamically, so a helper that wakes late simply reads fewer of them.
+
+The helpers are per process (started again after a fork), daemon, and shared by every loader,
+so building a loader per evaluation starts no threads. They never wait on anything but their
+job queue, so a caller waiting on them cannot deadlock.
 """
 from __future__ import annotations
 
+import _thread
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
-_lock = threading.Lock()
-_pools: dict[int, tuple[int, ThreadPoolExecutor]] = {}  # workers -> (pid that made it, pool)
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_helpers = 0
+_pid = os.getpid()
+_start_lock = threading.Lock()
 
 
 def rank_threads() -> int:
@@ -28,29 +35,50 @@ def rank_threads() -> int:
     return max(1, torch.get_num_threads())
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
-    with _lock:
-        pid, pool = _pools.get(workers, (None, None))
-        if pid != os.getpid():  # none yet, or inherited through fork (its threads don't exist here)
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batch-read")
-            _pools[workers] = (os.getpid(), pool)
-        return pool
+def _helper() -> None:
+    while True:
+        work, done = _jobs.get()
+        try:
+            work()
+        finally:
+            done.release()
 
 
-def fill(n: int, read_slots: Callable[[range], None], threads: int) -> None:
-    """Call read_slots over contiguous chunks of range(n), `threads` at a time. Returns when
-    every chunk is done. An error is re-raised only after all chunks have stopped writing, and
-    the lowest chunk's error wins, so the reported file is the first bad one in slot order."""
-    t = max(1, min(threads, n))
-    if t == 1:
-        read_slots(range(n))
-        return
-    chunks = [range(k * n // t, (k + 1) * n // t) for k in range(t)]
-    pool = _pool(t - 1)
-    futures = [pool.submit(read_slots, c) for c in chunks[1:]]
-    try:
-        read_slots(chunks[0])
-    finally:
-        wait(futures)  # no thread may still write into the batch once we return or raise
-    for f in futures:
-        f.result()
+def _ensure_helpers(k: int) -> None:
+    global _jobs, _helpers, _pid
+    with _start_lock:
+        if _pid != os.getpid():  # a forked child has none of its parent's threads
+            _jobs, _helpers, _pid = queue.SimpleQueue(), 0, os.getpid()
+        while _helpers < k:
+            threading.Thread(target=_helper, daemon=True, name="batch-read").start()
+            _helpers += 1
+
+
+def fill(n: int, read_slot: Callable[[int], None], threads: int) -> None:
+    """read_slot(j) for every j in range(n), on `threads` threads (this one included). Returns
+    when every slot is done. Every slot is attempted even after a failure, and the error of the
+    lowest failing slot is raised, so the file reported does not depend on thread timing."""
+    slots = iter(range(n))  # next() on it is atomic under the GIL: each slot is taken once
+    errors: list[tuple[int, BaseException]] = []
+
+    def work() -> None:
+        for j in slots:
+            try:
+                read_slot(j)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller below
+                errors.append((j, e))
+
+    helpers = max(1, min(threads, n)) - 1
+    if helpers:
+        _ensure_helpers(helpers)
+    done = []
+    for _ in range(helpers):
+        lock = _thread.allocate_lock()
+        lock.acquire()  # released by the helper when its share is done
+        _jobs.put((work, lock))
+        done.append(lock)
+    work()
+    for lock in done:
+        lock.acquire()  # no thread may still write into the batch once we return or raise
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]

@@ -46,12 +46,11 @@ class _BatchReader(torch.utils.data.Dataset):
         x, y = self._buffers(len(idx))
         xn, yn = x.numpy(), y.numpy()
 
-        def read_slots(slots: range) -> None:
-            for j in slots:
-                read_npy_into(self.files[idx[j]], xn[j])
-                read_npy_into(self.labels[idx[j]], yn[j])
+        def read_slot(j: int) -> None:
+            read_npy_into(self.files[idx[j]], xn[j])
+            read_npy_into(self.labels[idx[j]], yn[j])
 
-        parallel_fill.fill(len(idx), read_slots, self.threads)
+        parallel_fill.fill(len(idx), read_slot, self.threads)
         return x, y
 
     def _buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
