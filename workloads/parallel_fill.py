@@ -4,8 +4,9 @@ slots from one shared counter until none are left, each reading straight into it
 Why: a loader's reads from the page cache are memory copies done by the kernel, and one core's
 copy bandwidth is the limit of a single-threaded loader. os.readv releases the GIL, so T
 threads copy in parallel (what DALI's reader threads do). Measured on the 2-core CPU machine
-(CosmoFlow tiny, 256 KiB samples, each loader pass paired with a raw read pass): one thread
-0.82 of raw sequential reads, two threads 0.9-1.0 (make perf, loader_throughput).
+(CosmoFlow tiny, 256 KiB samples, each loader pass paired with a raw read pass; make perf,
+loader_throughput): one thread 0.82-0.84 of plain sequential reads, two threads 1.12-1.14, and
+plain reads with two threads 1.36 (what two threads could reach).
 
 Why not concurrent.futures: its submit/Future/wait round trip cost 75 us per batch here (12% of
 a 600 us CosmoFlow tiny batch); a bare lock as the done signal costs 24 us. Slots are taken
