@@ -1,8 +1,8 @@
 """Staging when a rank is the only one that needs its files (S = 1) and reads go through the
 page cache: no exchange is needed, so each file is copied in the kernel (copy_file_range, as
 `cp` does; sendfile where the two filesystems refuse it) and a second thread verifies the
-staged copy against the manifest (crc32 over an mmap of the `.part` file) and renames it into
-place, overlapping the next file's copy. Memory traffic per byte: the kernel's copy plus one
+staged copy against the manifest (workloads.manifest.file_crc32 of the `.part` file) and
+renames it into place, overlapping the next file's copy. Memory traffic per byte: the kernel's copy plus one
 read for the checksum, against read + exchange + write + checksum through a user buffer.
 
 Each source file is still opened and read exactly once; what is verified is the local copy
@@ -11,14 +11,12 @@ itself, so a bad write is caught too.
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import queue
 import threading
-import zlib
 from pathlib import Path
 
-from workloads.manifest import mismatch
+from workloads.manifest import file_crc32, mismatch, short_source
 
 KERNEL_COPY_REFUSED = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 
@@ -66,8 +64,7 @@ class LocalCopier:
             os.close(fd_out)
         if done != want:
             if done >= 0:
-                self.read_errors.append(f"source file {src} is shorter than the manifest says "
-                                        f"({done} < {want} bytes)")
+                self.read_errors.append(short_source(src, done, want))
             part.unlink(missing_ok=True)
             return
         self.bytes += done
@@ -102,17 +99,9 @@ class LocalCopier:
                 self.crash = self.crash or e
 
     def _verify(self, name: str) -> None:
-        part, want = Path(f"{self.dest / name}.part"), self.meta[name]
-        fd = os.open(part, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            crc = 0
-            if size:
-                with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
-                    crc = zlib.crc32(m)  # releases the GIL: overlaps the next copy
-        finally:
-            os.close(fd)
-        problem = mismatch(name, size, crc, want)
+        part = Path(f"{self.dest / name}.part")
+        size, crc = file_crc32(part)  # releases the GIL: overlaps the next copy
+        problem = mismatch(name, size, crc, self.meta[name])
         if problem:
             part.unlink(missing_ok=True)
             self.errors.append(problem)

@@ -31,7 +31,7 @@ from pathlib import Path
 from staging.direct_io import ALIGN, RangeReader, align_up, direct_refused
 from staging.local_copy import LocalCopier
 from staging.layout import Layout
-from workloads.manifest import MANIFEST, checksum, mismatch, read_manifest
+from workloads.manifest import MANIFEST, checksum, mismatch, read_manifest, short_source
 
 DEFAULT_CHUNK = 16 << 20  # bytes per member per round (NVIDIA: ~1 GiB per collective in total)
 NBUF = 3  # rounds in flight: one being read and exchanged, two being checksummed and written
@@ -292,8 +292,7 @@ def _exchange(lay: Layout, source: Path, dest: Path, todo: list[str], lacking: s
                 try:
                     got = reader.read(str(source / p.name), p.offset, p.length, send_mv[p.slot:])
                     if got != p.length:
-                        read_errors.append(f"source file {source / p.name} is shorter than the manifest says "
-                                           f"({p.offset + got} < {meta[p.name]['bytes']} bytes)")
+                        read_errors.append(short_source(source / p.name, p.offset + got, meta[p.name]["bytes"]))
                     rep.bytes_read += got
                 except OSError as e:
                     read_errors.append(f"cannot read source file {source / p.name}: {e.strerror}")

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import zlib
 from pathlib import Path
 
 MANIFEST = "manifest.json"
-CHUNK = 1 << 20  # bytes per read
+
+
+def file_crc32(path: str | Path) -> tuple[int, int]:
+    """(size in bytes, crc32) of a file, over an mmap of it: no copy through a user buffer, and
+    zlib releases the GIL while it runs, so another thread's copy can overlap it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if not size:
+            return 0, 0
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+            return size, zlib.crc32(m)
+    finally:
+        os.close(fd)
 
 
 def checksum(path: Path) -> str:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return f"crc32:{crc:08x}"
+    return f"crc32:{file_crc32(path)[1]:08x}"
 
 
 def mismatch(name: str, size: int, crc: int, entry: dict) -> str | None:
@@ -25,6 +36,11 @@ def mismatch(name: str, size: int, crc: int, entry: dict) -> str | None:
     if size == entry["bytes"] and got == entry["checksum"]:
         return None
     return f"checksum mismatch for {name}: staged {size} bytes {got}, manifest says {entry['bytes']} bytes {entry['checksum']}"
+
+
+def short_source(path: str | Path, got: int, want: int) -> str:
+    """A source file that ended before the manifest's size for it."""
+    return f"source file {path} is shorter than the manifest says ({got} < {want} bytes)"
 
 
 def write_manifest(root: Path) -> dict:
