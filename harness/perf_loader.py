@@ -180,26 +180,26 @@ def loader_throughput(rounds: int = 7) -> dict:
 
 def dali_tuning(workload: str = "cosmoflow", size_name: str = "tiny", rounds: int = 3, epochs: int = 2) -> dict:
     """The CPU DALI pipeline's reader settings (threads, prefetch queue depth, mmap or plain
-    reads; workloads/dali_opts.py), every combination, interleaved, each pass paired with a raw
+    reads; workloads/dali_pipeline.py), every combination, interleaved, each pass paired with a raw
     read pass of the same files in the same order."""
-    from workloads import dali_opts
+    from workloads import dali_pipeline
     r = _ReadSetup.build(workload, size_name, epochs)
     wl, size, root = r.wl, r.size, r.root
     grid = list(itertools.product((1, 2, 4), (1, 2, 4), (True, False)))
-    saved = (dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP)
+    saved = (dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP)
     raw, got = {g: [] for g in grid}, {g: [] for g in grid}
     try:
         for _ in range(rounds):
             for g in grid:
-                dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP = g
+                dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP = g
                 raw[g].append(r.raw_bps("dali"))
                 got[g].append(r.loader_bps("dali", lambda b: wl.dali_loader(root, "train", size, b, None)))
     finally:
-        dali_opts.THREADS, dali_opts.PREFETCH_DEPTH, dali_opts.USE_MMAP = saved
+        dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP = saved
     table = sorted(({"threads": t, "prefetch_depth": d, "mmap": m, "gb_per_s": float(np.median(got[(t, d, m)])) / 1e9,
                      "fraction_of_raw_read": stats.paired_ratio(got[(t, d, m)], raw[(t, d, m)])["ratio"]}
                     for t, d, m in grid), key=lambda row: -row["fraction_of_raw_read"])
     return {"workload": workload, "size": size_name, "rounds": rounds,
             "raw_read_gb_per_s": float(np.median([x for v in raw.values() for x in v])) / 1e9,
-            "defaults": {"threads": dali_opts.num_threads(), "prefetch_depth": dali_opts.PREFETCH_DEPTH,
-                         "mmap": dali_opts.USE_MMAP}, "by_setting": table}
+            "defaults": {"threads": dali_pipeline.num_threads(), "prefetch_depth": dali_pipeline.PREFETCH_DEPTH,
+                         "mmap": dali_pipeline.USE_MMAP}, "by_setting": table}

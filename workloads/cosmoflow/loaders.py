@@ -9,8 +9,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from harness.errors import DataError
-from workloads import dali_opts, parallel_fill
+from workloads import dali_pipeline, parallel_fill
 from workloads.batch_stream import batch_stream
 from workloads.cosmoflow.spec import CosmoFlowSize
 from workloads.manifest import split_files
@@ -72,33 +71,18 @@ def torch_loader(root: Path, split: str, size: CosmoFlowSize, batches: Iterable[
 
 def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[Sequence[int]],
                 device_id: int | None):
-    """fn.readers.numpy over the exact file sequence of `batches` (no reader-side shuffle, so
-    the order matches the torch path); CPU-only pipeline when device_id is None."""
-    from nvidia.dali import fn, pipeline_def
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
+    """fn.readers.numpy over the exact file sequence of `batches`; CPU-only pipeline when
+    device_id is None."""
     files = data_files(root, split)
     seq = [files[i] for b in batches for i in b]
     if not seq:
         return iter(())
-    batch_size = max(len(b) for b in batches)
 
-    @pipeline_def(batch_size=batch_size, num_threads=dali_opts.num_threads(), device_id=device_id,
-                  prefetch_queue_depth=dali_opts.PREFETCH_DEPTH, exec_dynamic=True)
-    def pipe():
-        x = fn.readers.numpy(files=[str(p) for p in seq], name="data", random_shuffle=False,
-                             pad_last_batch=True, dont_use_mmap=not dali_opts.USE_MMAP)
-        y = fn.readers.numpy(files=[str(label_file(p)) for p in seq], random_shuffle=False,
-                             pad_last_batch=True, dont_use_mmap=not dali_opts.USE_MMAP)
+    def define():
+        x = dali_pipeline.read_files([str(p) for p in seq], name="data")
+        y = dali_pipeline.read_files([str(label_file(p)) for p in seq])
         if device_id is not None:  # GPU: hand over device tensors; preprocess runs there
             x, y = x.gpu(), y.gpu()
         return x, y
 
-    p = pipe()
-    try:
-        p.build()
-    except RuntimeError as e:
-        raise DataError(f"DALI could not open {split} data under {root}: {str(e).splitlines()[0]}") from None
-    it = DALIGenericIterator([p], ["x", "y"], reader_name="data",
-                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False)
-    return ((b[0]["x"], b[0]["y"]) for b in it)
+    return dali_pipeline.iterate(define, batches, device_id, ["x", "y"], f"{split} data under {root}")

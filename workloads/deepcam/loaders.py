@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
-from workloads import dali_opts
+from workloads import dali_pipeline
 from workloads.batch_stream import batch_stream
 from workloads.deepcam.spec import DeepCAMSize
 from workloads.manifest import split_files
@@ -80,34 +80,21 @@ def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Seq
                 device_id: int | None):
     """NVIDIA's dali-numpy pipeline: data and label readers over the same file sequence,
     .gpu() when there is a GPU, fn.normalize(mean=min, stddev=max-min), labels cast to int64."""
-    from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    from nvidia.dali import fn, types
 
     seq = [i for b in batches for i in b]
     if not seq:
         return iter(())
     npy_data, npy_labels = npy_files(root, split)
-    data = [str(npy_data[i]) for i in seq]
-    labels = [str(npy_labels[i]) for i in seq]
-    npy = root / "npy" / split
     lo, inv = stats(root)
 
-    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=dali_opts.num_threads(), device_id=device_id,
-                  prefetch_queue_depth=dali_opts.PREFETCH_DEPTH, exec_dynamic=True)
-    def pipe():
-        mmap = dali_opts.USE_MMAP
-        x = fn.readers.numpy(files=data, random_shuffle=False, pad_last_batch=True, name="data", dont_use_mmap=not mmap)
-        y = fn.readers.numpy(files=labels, random_shuffle=False, pad_last_batch=True, dont_use_mmap=not mmap)
+    def define():
+        x = dali_pipeline.read_files([str(npy_data[i]) for i in seq], name="data")
+        y = dali_pipeline.read_files([str(npy_labels[i]) for i in seq])
         if device_id is not None:
             x, y = x.gpu(), y.gpu()
         x = fn.normalize(x, mean=lo.reshape(1, 1, -1), stddev=(1.0 / inv).reshape(1, 1, -1), axes=[0, 1])
         return x, fn.cast(y, dtype=types.INT64)
 
-    p = pipe()
-    try:
-        p.build()
-    except RuntimeError as e:
-        raise DataError(f"DALI could not open {split} data under {npy}: {str(e).splitlines()[0]}") from None
-    it = DALIGenericIterator([p], ["x", "y"], reader_name="data", last_batch_policy=LastBatchPolicy.PARTIAL,
-                             auto_reset=False)
-    return ((b[0]["x"], b[0]["y"]) for b in it)
+    return dali_pipeline.iterate(define, batches, device_id, ["x", "y"],
+                                 f"{split} data under {root / 'npy' / split}")

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from harness.errors import DataError
-from workloads import dali_opts
+from workloads import dali_pipeline
 from workloads.batch_stream import batch_stream
 from workloads.lm.markov import SHARD_WINDOWS
 from workloads.lm.spec import LMSize
@@ -71,8 +71,7 @@ def torch_loader(root: Path, split: str, size: LMSize, batches: Iterable[Sequenc
 def dali_loader(root: Path, split: str, size: LMSize, batches: Sequence[Sequence[int]], device_id: int | None):
     """fn.readers.numpy reads each window straight from its shard via a region of interest
     (roi_start from an external source, in lockstep with the file sequence)."""
-    from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    from nvidia.dali import fn, types
 
     files = shard_files(root, split)
     window = size.seq_len + 1
@@ -82,9 +81,7 @@ def dali_loader(root: Path, split: str, size: LMSize, batches: Sequence[Sequence
     paths = [str(files[i // SHARD_WINDOWS]) for i in seq]
     starts = np.array([(i % SHARD_WINDOWS) * window for i in seq], np.int32)
 
-    @pipeline_def(batch_size=max(len(b) for b in batches), num_threads=dali_opts.num_threads(), device_id=device_id,
-                  prefetch_queue_depth=dali_opts.PREFETCH_DEPTH, exec_dynamic=True)
-    def pipe():
+    def define():
         roi = fn.external_source(source=lambda info: starts[info.idx_in_epoch % len(starts)][None],
                                  batch=False, dtype=types.INT32)
         x = fn.readers.numpy(files=paths, roi_start=roi, roi_shape=[window], random_shuffle=False,
@@ -93,11 +90,5 @@ def dali_loader(root: Path, split: str, size: LMSize, batches: Sequence[Sequence
             x = x.gpu()
         return fn.cast(x, dtype=types.INT64)
 
-    p = pipe()
-    try:
-        p.build()
-    except RuntimeError as e:
-        raise DataError(f"DALI could not open {split} shards under {root}: {str(e).splitlines()[0]}") from None
-    it = DALIGenericIterator([p], ["w"], reader_name="data", last_batch_policy=LastBatchPolicy.PARTIAL,
-                             auto_reset=False)
-    return ((b[0]["w"][:, :-1], b[0]["w"][:, 1:]) for b in it)
+    windows = dali_pipeline.iterate(define, batches, device_id, ["w"], f"{split} shards under {root}")
+    return ((w[:, :-1], w[:, 1:]) for (w,) in windows)
