@@ -119,14 +119,34 @@ def test_bad_files_are_named(tiny_root, tmp_path, damage, fragment):
     assert files
 
 
-def test_run_with_corrupt_file_fails_with_reason_and_exit_2(env, tiny_root, tmp_path):
+@pytest.mark.parametrize("damage, fragment", [
+    (lambda p: p.write_bytes(p.read_bytes()[:1000]), "Failed to read file"),
+    (lambda p: p.write_bytes(b"not a numpy file at all" * 10), "not a numpy file"),
+    (lambda p: p.unlink(), "Could not open file"),
+])
+def test_bad_files_are_named_on_the_dali_path(tiny_root, tmp_path, damage, fragment):
+    """DALI opens files as its readers reach them: a bad file in a later batch is a one-line
+    DataError naming it, not DALI's multi-line RuntimeError."""
+    root = _copy_dataset(tiny_root, tmp_path / "ds")
+    wl = registry.get("cosmoflow")
+    damage(root / "train" / "data-000013.npy")
+    with pytest.raises(DataError) as e:
+        list(wl.dali_loader(root, "train", wl.sizes["tiny"], [[0, 1, 2], [4, 5, 6], [12, 13, 14]], None))
+    msg = str(e.value)
+    assert fragment in msg and "data-000013.npy" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("dali", [False, True])
+def test_run_with_corrupt_file_fails_with_reason_and_exit_2(env, tiny_root, tmp_path, dali):
     root = _copy_dataset(tiny_root, tmp_path / "ds")
     for p in (root / "train").glob("data-*.npy"):
         p.write_bytes(p.read_bytes()[:200])
-    p = harness(env, "run", "cosmoflow", "--no-ingest", "--set", f"data_dir={root}", "--set", "steps=2")
+    p = harness(env, "run", "cosmoflow", "--no-ingest", "--set", f"data_dir={root}", "--set", "steps=2",
+                "--set", f"toggles.dali={str(dali).lower()}")
     assert p.returncode == 2
+    why = "Failed to read file" if dali else "truncated data file"
     last = p.stderr.strip().splitlines()[-1]
-    assert "truncated data file" in last and str(root / "train") in last
+    assert why in last and str(root / "train") in last
     (d,) = run_dirs(env)
     st = json.loads((d / "status.json").read_text())
-    assert st["status"] == "failed" and "truncated data file" in st["reason"]
+    assert st["status"] == "failed" and why in st["reason"]

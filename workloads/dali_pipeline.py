@@ -45,10 +45,29 @@ def iterate(define: Callable, batches: Sequence[Sequence[int]], device_id: int |
 
     pipe = pipeline_def(define, batch_size=max(len(b) for b in batches), num_threads=num_threads(),
                         device_id=device_id, prefetch_queue_depth=PREFETCH_DEPTH, exec_dynamic=True)()
-    try:
+    try:  # the iterator runs the pipeline for its first batch as it is made
         pipe.build()
+        it = DALIGenericIterator([pipe], names, reader_name="data", last_batch_policy=LastBatchPolicy.PARTIAL,
+                                 auto_reset=False)
     except RuntimeError as e:
-        raise DataError(f"DALI could not open {where}: {str(e).splitlines()[0]}") from None
-    it = DALIGenericIterator([pipe], names, reader_name="data", last_batch_policy=LastBatchPolicy.PARTIAL,
-                             auto_reset=False)
-    return (tuple(b[0][n] for n in names) for b in it)
+        raise DataError(f"DALI could not read {where}: {_reason(e)}") from None
+    return _batches(it, names, where)
+
+
+def _batches(it, names: list[str], where: str) -> Iterator[tuple]:
+    # Readers open files as they reach them, so a missing or corrupt file can surface mid-run
+    try:
+        for b in it:
+            yield tuple(b[0][n] for n in names)
+    except RuntimeError as e:
+        raise DataError(f"DALI could not read {where}: {_reason(e)}") from None
+
+
+def _reason(e: RuntimeError) -> str:
+    """The one line of a DALI error that says what went wrong (it names the file): the first
+    after 'encountered:', without its 'Assert on "..." failed: ' prefix."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if "encountered:" in lines and lines.index("encountered:") + 1 < len(lines):
+        line = lines[lines.index("encountered:") + 1]
+        return line.split(" failed: ", 1)[1] if line.startswith("Assert on") and " failed: " in line else line
+    return lines[0] if lines else type(e).__name__
