@@ -60,11 +60,15 @@ def _read_sets(workload: str, wl, size, root: Path, seq: list[int], epochs: int)
 def _raw_read_bps(paths: list[Path], buf: bytearray) -> float:
     """Plain sequential reads of the files into one reused buffer as large as the largest file
     (one read call per file; page cache warm): the physical limit for any loader here."""
-    t0, total = now(), 0
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            total += f.readinto(buf)
+    t0 = now()
+    total = sum(_read_whole(p, buf) for p in paths)
     return total / (now() - t0)
+
+
+def _read_whole(path: Path, buf: bytearray) -> int:
+    """One plain read call of a whole file into `buf` (at least the file's size)."""
+    with open(path, "rb", buffering=0) as f:
+        return f.readinto(buf)
 
 
 @dataclass
@@ -132,8 +136,7 @@ def _raw_parallel(r: _ReadSetup, batches: list) -> Iterator[None]:
         if not hasattr(local, "buf"):
             local.buf = bytearray(len(r.buf))
         for p in group[j * k:(j + 1) * k]:
-            with open(p, "rb", buffering=0) as f:
-                f.readinto(local.buf)
+            _read_whole(p, local.buf)
 
     pos = 0
     for b in batches:
@@ -143,15 +146,22 @@ def _raw_parallel(r: _ReadSetup, batches: list) -> Iterator[None]:
         yield None
 
 
+def _paired_passes(r: _ReadSetup, passes: dict, rounds: int) -> tuple[dict, dict]:
+    """(raw, loader) bytes/s per pass name: rounds interleaved, each loader pass right after a
+    raw pass of the files it reads. passes: name -> (read kind, iterator factory)."""
+    raw: dict = {k: [] for k in passes}
+    got: dict = {k: [] for k in passes}
+    for _ in range(rounds):
+        for name, (kind, make_iter) in passes.items():
+            raw[name].append(r.raw_bps(kind))
+            got[name].append(r.loader_bps(kind, make_iter))
+    return raw, got
+
+
 def _loader_figures(workload: str, size_name: str, rounds: int, epochs: int) -> dict:
     r = _ReadSetup.build(workload, size_name, epochs)
     paths = _loader_paths(workload, r)
-    raw: dict[str, list[float]] = {k: [] for k in paths}
-    got: dict[str, list[float]] = {k: [] for k in paths}
-    for _ in range(rounds):  # interleaved; each loader pass right after its raw pass
-        for name, (kind, make_iter) in paths.items():
-            raw[name].append(r.raw_bps(kind))
-            got[name].append(r.loader_bps(kind, make_iter))
+    raw, got = _paired_passes(r, paths, rounds)
     out = {"size": size_name, "samples_per_pass": sum(len(b) for b in r.batches), "rounds": rounds,
            "sample_bytes": {k: v.sample_bytes for k, v in r.reads.items()},
            "raw_read_gb_per_s": {kind: float(np.median([x for n, (k, _) in paths.items() if k == kind
@@ -187,13 +197,15 @@ def dali_tuning(workload: str = "cosmoflow", size_name: str = "tiny", rounds: in
     wl, size, root = r.wl, r.size, r.root
     grid = list(itertools.product((1, 2, 4), (1, 2, 4), (True, False)))
     saved = (dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP)
-    raw, got = {g: [] for g in grid}, {g: [] for g in grid}
+
+    def with_settings(g):  # the pipeline reads the settings when it is built, inside the timed pass
+        def make_iter(b):
+            dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP = g
+            return wl.dali_loader(root, "train", size, b, None)
+        return ("dali", make_iter)
+
     try:
-        for _ in range(rounds):
-            for g in grid:
-                dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP = g
-                raw[g].append(r.raw_bps("dali"))
-                got[g].append(r.loader_bps("dali", lambda b: wl.dali_loader(root, "train", size, b, None)))
+        raw, got = _paired_passes(r, {g: with_settings(g) for g in grid}, rounds)
     finally:
         dali_pipeline.THREADS, dali_pipeline.PREFETCH_DEPTH, dali_pipeline.USE_MMAP = saved
     table = sorted(({"threads": t, "prefetch_depth": d, "mmap": m, "gb_per_s": float(np.median(got[(t, d, m)])) / 1e9,
