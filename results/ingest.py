@@ -83,6 +83,18 @@ def find_run(client, exp_id: str, run_id: str):
     return done[0] if done else None
 
 
+def _in_store(client, exp_id: str, run_id: str, known: Known | None) -> bool:
+    """Is the record's run in the store in full? Half-written runs of it are deleted, as
+    find_run does; a bulk ingest answers from what it learned up front (`known`)."""
+    if known is None:
+        return find_run(client, exp_id, run_id) is not None
+    if run_id in known.complete:
+        return True
+    for half_written in known.partial.pop(run_id, []):
+        client.delete_run(half_written)
+    return False
+
+
 def sweep_parent(client, exp_id: str, sweep: str) -> str:
     """The MLflow run that groups a sweep instance's runs (created on first use). Many ingesters
     may race to create it: each then keeps the oldest and deletes its own if that lost."""
@@ -175,15 +187,8 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
         return "in progress"
     client = client or _client(tracking_uri)
     exp_id = experiment_id(client)
-    run_id = rec["config"]["run_id"]
-    if known is None:
-        if find_run(client, exp_id, run_id) is not None:
-            return "present"
-    elif run_id in known.complete:
+    if _in_store(client, exp_id, rec["config"]["run_id"], known):
         return "present"
-    else:
-        for half_written in known.partial.pop(run_id, []):
-            client.delete_run(half_written)
     st = rec["status"]
     start_ms = int(st["started"] * 1000)
     tags = {**_tags(rec), COMPLETE_TAG: "0"}  # "1" comes with the last batch
