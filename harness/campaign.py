@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.config import RunConfig, UsageError
 from results import scoring
+from results.paths import results_root
 
 TTT_STEP_CAP = 100_000  # ttt runs stop at the target; the cap only bounds a run that never gets there
 
@@ -53,7 +54,6 @@ def ttt(workload: str, size: str, runs: int, sets: list[str], device: str) -> in
     from rich.table import Table
 
     from harness import sweep
-    from harness.runner import results_root
     from results import schema
 
     if runs < 1:
@@ -133,7 +133,7 @@ def weak(workload: str, size: str, instance_size: int, sets: list[str], device: 
               "instances": len(leaders), "converged": len(ok), "runs": leaders}
     if ok:
         result.update(scoring.weak_scaling([t["run_start_ms"] / 1000 for t in ok], [t["run_stop_ms"] / 1000 for t in ok]))
-    path = runner.results_root() / "weak" / f"{sweep_id.replace('@', '_')}.json"
+    path = results_root() / "weak" / f"{sweep_id.replace('@', '_')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     if ok:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from harness.config import TOGGLE_NAMES, RunConfig, UsageError, settable_keys
+from harness.dist import default_device
+from results.paths import results_root
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,15 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _default_device() -> str:
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def cmd_run(args) -> int:
     # default device from torch; an explicit --set device=... still wins
     cfg = RunConfig(workload=args.workload, size=args.size, mode=args.mode,
-                    device=_default_device()).with_overrides(args.sets)
+                    device=default_device()).with_overrides(args.sets)
     return _execute(cfg, ingest=not args.no_ingest)
 
 
@@ -85,14 +82,14 @@ def cmd_cell(args) -> int:
     import json
     import os
 
-    from harness import runner, sweep
+    from harness import sweep
     try:
         entry = json.loads(Path(args.cells).read_text())[args.index]
     except (OSError, ValueError, IndexError) as e:
         raise UsageError(f"cannot read cell {args.index} of {args.cells}: {e}") from None
     cfg = RunConfig.from_dict(entry["config"])
     if entry["label"] != "baseline":
-        base = sweep.existing_records(runner.results_root() / "runs", cfg.sweep).get(
+        base = sweep.existing_records(results_root() / "runs", cfg.sweep).get(
             (entry["baseline_variant"], cfg.repeat))
         if base and base[0] == "finished":
             cfg = cfg.with_overrides([f"reference_run={base[1]}"])
@@ -106,7 +103,7 @@ def _execute(cfg: RunConfig, ingest: bool) -> int:
         return 0
     print(f"{out.status}: {out.run_id} ({out.dir})" + (f": {out.reason}" if out.reason else ""))
     if ingest:
-        problem = runner.ingest_quietly(out.dir, runner.results_root())
+        problem = runner.ingest_quietly(out.dir, results_root())
         if problem:
             print(f"warning: MLflow store not updated ({problem}); the record is kept, run `make ingest`",
                   file=sys.stderr)
@@ -165,11 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.size not in wl.sizes:
                 raise UsageError(f"unknown size {args.size!r} for {args.workload}; valid sizes: {', '.join(wl.sizes)}")
             if args.cmd == "ttt":
-                return campaign.ttt(args.workload, args.size, args.runs, args.sets, _default_device())
-            return campaign.weak(args.workload, args.size, args.instance_size, args.sets, _default_device())
+                return campaign.ttt(args.workload, args.size, args.runs, args.sets, default_device())
+            return campaign.weak(args.workload, args.size, args.instance_size, args.sets, default_device())
         if args.cmd == "check-logs":
             from harness import compliance
-            from harness.runner import results_root
             return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)

@@ -15,9 +15,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-
-class UsageError(ValueError):
-    """Bad user input. The CLI prints it as one line and exits with status 2."""
+from harness.errors import UsageError  # noqa: F401  (re-exported: the config's error type)
 
 
 AMP_MODES = ("off", "bf16", "fp16")

@@ -9,7 +9,6 @@ loading runs inline (see prefetch_depth).
 from __future__ import annotations
 
 import fcntl
-import os
 import queue
 import shutil
 import threading
@@ -20,9 +19,9 @@ import numpy as np
 
 from harness.config import RunConfig
 from harness.errors import DataError
+from results import paths
 from workloads.manifest import MANIFEST
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFETCH_DEPTH = 2  # batches queued ahead of the training step, when prefetching
 
 
@@ -44,7 +43,7 @@ def dataset_root(cfg: RunConfig, base: Path | None = None) -> Path:
     if cfg.data_dir:
         return Path(cfg.data_dir)
     from harness import registry
-    base = Path(base or os.environ.get("HARNESS_DATA", REPO_ROOT / "data"))
+    base = Path(base or paths.data_root())
     return base / cfg.workload / f"{cfg.size}-d{cfg.data_seed}-v{registry.get(cfg.workload).data_version}"
 
 

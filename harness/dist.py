@@ -28,6 +28,12 @@ _MPI_LAUNCHERS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 DEFAULT_TIMEOUT_S = 120
 
 
+def default_device() -> str:
+    """cuda when torch sees a GPU, else cpu (the CLI's default; `--set device=...` wins)."""
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @dataclass(frozen=True)
 class DistInfo:
     rank: int = 0

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from results.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("torch", "nvidia-dali-cuda120", "mlflow", "mlperf-logging", "numpy", "mpi4py", "mpich")
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST",
               "SLURM_JOB_PARTITION", "SLURM_NTASKS", "SLURM_PROCID")

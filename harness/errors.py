@@ -1,17 +1,20 @@
-"""Exceptions that end a run with a specific record status (see harness/runner.py)."""
+"""Exceptions that end a run with a specific record status (see harness/runner.py).
+
+BadInput and DataError are defined in workloads/errors.py (workloads and staging raise them
+without importing the harness) and re-exported here."""
+
+from workloads.errors import BadInput, DataError
+
+__all__ = ["BadInput", "DataError", "Killed", "Unsupported", "UsageError"]
+
+
+class UsageError(ValueError):
+    """Bad user input (a flag, a config value, a sweep or site file). The CLI prints it as one
+    line and exits with status 2."""
 
 
 class Unsupported(RuntimeError):
     """This configuration cannot run here (e.g. CUDA Graphs on a CPU machine). Status `unsupported`."""
-
-
-class BadInput(RuntimeError):
-    """The run was asked for something this setup can't give (e.g. ranks=4 under a 2-rank
-    launch, an unwritable staging directory). Status `failed`; the CLI exits 2."""
-
-
-class DataError(BadInput):
-    """A missing, truncated or corrupt data file. The message names the file. Status `failed`."""
 
 
 class Killed(BaseException):

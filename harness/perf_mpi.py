@@ -22,8 +22,8 @@ from pathlib import Path
 from harness import data, registry
 from harness.config import RunConfig
 import numpy as np
+from results.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
 
 

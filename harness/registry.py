@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from harness.config import UsageError
+from harness.errors import UsageError
 
 if TYPE_CHECKING:
     from workloads.base import Workload

@@ -21,13 +21,7 @@ from harness.config import RunConfig
 from harness.errors import BadInput, Killed, Unsupported
 from harness.record import NullRecord, RunRecord
 from results import schema
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def results_root() -> Path:
-    return Path(os.environ.get("HARNESS_RESULTS", REPO_ROOT / "results"))
-
+from results.paths import results_root
 
 @dataclass
 class Outcome:
@@ -102,7 +96,8 @@ def ingest_quietly(run_dir: Path, root: Path) -> str | None:
     """Ingest right after the run. If the store can't be reached the record stays on disk and
     `make ingest` picks it up later; returns the problem, or None."""
     try:
-        from results.ingest import default_tracking_uri, ingest_run
+        from results.ingest import ingest_run
+        from results.tracking import default_tracking_uri
         ingest_run(run_dir, default_tracking_uri(root), attempts=2)  # fail fast: the record waits for `make ingest`
         return None
     except Exception as e:  # noqa: BLE001 - the record is the source of truth

@@ -238,7 +238,7 @@ def _run_one(cfg: RunConfig, console, label: str) -> tuple[str, str]:
 
 
 def _running_records(cfg: RunConfig) -> list[Path]:
-    from harness.runner import results_root
+    from results.paths import results_root
     out = []
     for d in (results_root() / "runs").glob(f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-*"):
         try:
@@ -264,9 +264,10 @@ def latest_instance(runs_root: Path, name: str) -> str | None:
 def main(path: Path, repeats: int = 0, rerun_failed: bool = False) -> int:
     import time
 
-    from harness.cli import _default_device
-    from harness.runner import results_root
-    from results.ingest import default_tracking_uri, ingest_all
+    from harness.dist import default_device
+    from results.paths import results_root
+    from results.ingest import ingest_all
+    from results.tracking import default_tracking_uri
     from results.report import print_sweep_summary
 
     sweep = load(path)
@@ -280,7 +281,7 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False) -> int:
         if not sweep_id:
             raise UsageError(f"no earlier run of sweep {sweep.name!r} under {root / 'runs'} to rerun")
         done = existing_records(root / "runs", sweep_id)
-    runs = plan(dataclasses.replace(sweep, name=sweep_id), _default_device())
+    runs = plan(dataclasses.replace(sweep, name=sweep_id), default_device())
     todo = sum(1 for _, c in runs if done.get((c.variant_hash(), c.repeat), ("",))[0] not in DONE)
     print(f"sweep {sweep_id}: {len(runs) // sweep.repeats} configurations x {sweep.repeats} repeats, "
           f"interleaved; {todo} to run")

@@ -2,24 +2,21 @@
 through here (and so only through `results`): no torch, no harness, read-only."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 import results
 from results import report, stats
-from results.ingest import default_tracking_uri
+from results.paths import results_root
+from results.tracking import default_tracking_uri
 from results.store import step_samples
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_TTL_S = 300
 N_BOOT = stats.N_BOOT  # same replicates and seed as the CLI: the portal shows the CLI's numbers
 
 
 def tracking_uri() -> str:
-    return default_tracking_uri(Path(os.environ.get("HARNESS_RESULTS", REPO_ROOT / "results")))
+    return default_tracking_uri(results_root())
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Loading runs")

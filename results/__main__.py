@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from results import paths
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="results")
     p.add_argument("cmd", choices=["ingest", "summary", "reindex"])
-    p.add_argument("--results", default=os.environ.get("HARNESS_RESULTS", str(REPO_ROOT / "results")),
+    p.add_argument("--results", default=str(paths.results_root()),
                    help="results directory holding runs/ (default: HARNESS_RESULTS or ./results)")
     p.add_argument("--sweep", default="demo")
     args = p.parse_args(argv)
@@ -21,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         from results.report import print_sweep_summary
         print_sweep_summary(root / "runs", args.sweep)
         return 0
-    from results.ingest import default_tracking_uri, ingest_all
+    from results.ingest import ingest_all
+    from results.tracking import default_tracking_uri
     uri = default_tracking_uri(root)
     if args.cmd == "reindex":
         from results import store

@@ -15,32 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results import schema
+from results import schema, store
+from results.tracking import COMPLETE_TAG, EXPERIMENT
+from results.tracking import client as _client
 
-EXPERIMENT = "mlperf-harness"
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
-COMPLETE_TAG = "ingest_complete"
 RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
                    "mfu_measured_pct", "mfu_vendor_pct", "share_data_wait", "share_compute_bound",
                    "share_memory_bound", "share_optimizer", "share_other", "converged")
-
-
-def default_tracking_uri(results_root: Path) -> str:
-    """MLFLOW_TRACKING_URI if set, else the embedded sqlite store next to the records."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    return uri or f"sqlite:///{Path(results_root).resolve() / 'mlflow.db'}"
-
-
-def _client(uri: str):
-    import logging
-
-    from mlflow.tracking import MlflowClient
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no alembic chatter in CLI output
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
-    return MlflowClient(tracking_uri=uri)
 
 
 _EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process
@@ -67,7 +52,6 @@ def _experiment_id(client, artifact_root: Path | None) -> str:
     except Exception:  # noqa: BLE001 - another process created it first
         return client.get_experiment_by_name(EXPERIMENT).experiment_id
     if client.tracking_uri.startswith("sqlite:///"):  # a new store: its index is complete from birth
-        from results import store
         store.mark_built(store.index_path(client.tracking_uri), client.tracking_uri)
     return exp_id
 
@@ -217,7 +201,6 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
     client.log_batch(rid, metrics=chunks[-1], params=params,
                      tags=[RunTag("record_version", str(schema.RECORD_VERSION)), RunTag(COMPLETE_TAG, "1")])
     if tracking_uri.startswith("sqlite:///"):  # keep the run index (results/store.py) current
-        from results import store
         latest = {m.key: m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))}
         store.index_upsert(store.index_path(tracking_uri), tracking_uri, store.row(
             rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), start_ms, {**tags, COMPLETE_TAG: "1"},
@@ -250,7 +233,6 @@ def known_runs(client, exp_id: str, tracking_uri: str) -> Known | None:
     kept by ingest): each record is then looked up on its own."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
-    from results import store
     done = store.index_run_ids(store.index_path(tracking_uri), tracking_uri)
     if done is None:
         return None

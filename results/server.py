@@ -12,8 +12,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from results.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def command(root: Path, host: str, port: int, backend: str = "", workers: int = 4) -> list[str]:

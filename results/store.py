@@ -10,15 +10,14 @@ it from MLflow, e.g. after runs were logged from other machines straight to a tr
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 from pathlib import Path
 
 import pandas as pd
 
-from results import schema
-from results.ingest import COMPLETE_TAG, EXPERIMENT, _client
+from results import paths, schema
+from results.tracking import COMPLETE_TAG, EXPERIMENT, client as _client
 
 INDEX = "run_index.sqlite"
 # MLflow tag -> our column
@@ -55,8 +54,7 @@ def index_path(tracking_uri: str) -> Path:
     don't mix, so jobs on other nodes never write it)."""
     if tracking_uri.startswith("sqlite:///"):
         return Path(tracking_uri[len("sqlite:///"):]).parent / INDEX
-    root = os.environ.get("HARNESS_RESULTS", Path(__file__).resolve().parent)
-    return Path(root) / INDEX
+    return paths.results_root() / INDEX
 
 
 _CONNECTIONS: dict[tuple[Path, int], sqlite3.Connection] = {}

@@ -38,8 +38,8 @@ def prepare(cfg, dist, source: Path, mllog, info: dict) -> Path:
         return source
     from mpi4py import MPI
 
-    from harness.errors import BadInput
-    from harness.mlperf_log import K
+    from workloads.errors import BadInput
+    from mlperf_logging.mllog import constants as K  # the field's MLLOG key names
     from staging import layout, stager
 
     instances = int(os.environ.get(INSTANCES_ENV, "1"))  # set by `harness weak`

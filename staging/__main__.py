@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     import staging
-    from harness.errors import BadInput
+    from workloads.errors import BadInput
     from staging import layout, stager
 
     comm = MPI.COMM_WORLD

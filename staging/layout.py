@@ -32,7 +32,7 @@ class Layout:
 
 
 def build(comm, instance_size: int) -> Layout:
-    from harness.errors import BadInput
+    from workloads.errors import BadInput
 
     world = comm.Dup()
     if instance_size < 1 or world.size % instance_size:

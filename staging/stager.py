@@ -198,7 +198,7 @@ def stage(lay: Layout, source: Path, local_root: str | Path, chunk: int = DEFAUL
           direct: str = "auto") -> tuple[Path, Report]:
     """Collective over lay.world. Returns (this instance's staged copy, this rank's report);
     raises BadInput/DataError on every rank alike if any rank failed."""
-    from harness.errors import BadInput, DataError
+    from workloads.errors import BadInput, DataError
 
     dest = instance_dir(local_root, lay)
 

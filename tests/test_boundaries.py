@@ -33,3 +33,41 @@ def test_training_loop_does_not_import_mlflow():
 def test_harness_cli_validation_does_not_import_torch():
     mods = _modules_after("import harness.config, harness.registry, harness.cli, workloads.cosmoflow")
     assert "torch" not in mods
+
+
+# -- the whole import graph (every import, including those inside functions) --------------------
+def test_import_graph_has_no_cycles_and_no_upward_imports():
+    from tests.importgraph import edges, problems
+    assert sum(map(len, edges(REPO).values())) > 150  # the graph was really read
+    assert problems(REPO) == []
+
+
+def _tree_copy(tmp_path):
+    import shutil
+    for pkg in ("harness", "workloads", "staging", "results", "portal"):
+        shutil.copytree(REPO / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _inject(path, line):
+    """Add an import inside a function at the end of a module (where cycles used to hide)."""
+    path.write_text(path.read_text() + f"\n\ndef _injected():\n    {line}\n")
+
+
+def test_import_graph_check_fails_on_an_injected_cycle(tmp_path):
+    from tests.importgraph import problems
+    root = _tree_copy(tmp_path)
+    _inject(root / "harness" / "config.py", "from harness import cli")  # cli imports config
+    found = problems(root)
+    assert any(p.startswith("cycle:") and "harness.config" in p and "harness.cli" in p for p in found), found
+
+
+def test_import_graph_check_fails_on_upward_imports(tmp_path):
+    from tests.importgraph import problems
+    root = _tree_copy(tmp_path)
+    _inject(root / "workloads" / "npy_io.py", "from harness.errors import DataError")
+    _inject(root / "harness" / "perf.py", "from portal import perf")
+    found = problems(root)
+    assert "upward import: workloads.npy_io -> harness.errors" in found
+    assert "upward import: harness.perf -> portal.perf" in found
+    assert "package cycle: harness <-> workloads" in found

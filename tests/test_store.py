@@ -5,7 +5,7 @@ import random
 
 import pandas as pd
 
-from portal.perf import write_record
+from results.perf import write_record
 from results import store
 from results.ingest import ingest_all
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from harness.errors import DataError
+from workloads.errors import DataError
 
 USE_MMAP = False     # mmap'ed reads fault in every page of a 256 KiB sample; plain reads don't
 PREFETCH_DEPTH = 2   # batches DALI prepares ahead

@@ -73,7 +73,7 @@ def listed_files(root: Path, split: str, prefix: str) -> list[Path] | None:
 def split_files(root: Path, split: str, prefix: str, suffix: str) -> list[Path]:
     """The split's sample files: the manifest's list, or (no manifest: e.g. converted real
     data) the files present. None found is a DataError naming the folder."""
-    from harness.errors import DataError
+    from workloads.errors import DataError
 
     files = listed_files(root, split, prefix)
     if files is None:

@@ -4,7 +4,7 @@ Fast path: every sample file of a split has the same header, so we compare the f
 bytes with the header np.save writes for the expected shape/dtype, and read header and payload
 with one scatter read (os.readv) directly into the batch slot. Only when the header differs do
 we parse it (numpy's parser), which also yields a precise error: the file is named, and
-wrong shape/dtype, corruption and truncation are told apart (harness/errors.DataError).
+wrong shape/dtype, corruption and truncation are told apart (workloads/errors.DataError).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import DataError
+from workloads.errors import DataError
 
 
 @functools.lru_cache(maxsize=64)

@@ -26,8 +26,8 @@ from pathlib import Path
 from harness import sweep as sweep_mod
 from harness.config import RunConfig, UsageError
 from harness.launch.site import Site
+from results.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CELLS = "cells.json"
 
 

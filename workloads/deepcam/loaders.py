@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from harness.errors import DataError
+from workloads.errors import DataError
 from workloads import dali_pipeline
 from workloads.batch_stream import batch_stream
 from workloads.deepcam.spec import DeepCAMSize

@@ -1,0 +1,126 @@
+"""The project's import graph, read from the source with ast: every import, also those inside
+functions (the ones that hide cycles from a plain `import`). Used by tests/test_boundaries.py."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGES = ("harness", "workloads", "staging", "results", "portal")
+# (importer package, imported package) pairs the layering forbids. Layers, lowest first:
+# workloads < staging < harness, and results < portal; harness may use results, never portal.
+FORBIDDEN = {("workloads", p) for p in ("harness", "staging", "results", "portal")} | \
+            {("staging", p) for p in ("harness", "results", "portal")} | \
+            {("results", p) for p in ("harness", "workloads", "staging", "portal")} | \
+            {("portal", p) for p in ("harness", "workloads", "staging")} | {("harness", "portal")}
+
+
+def modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((root / pkg).rglob("*.py")):
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = p
+    return out
+
+
+def _targets(node: ast.AST, mod: str, is_pkg: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:  # relative: from the package the module sits in
+            pkg = mod if is_pkg else mod.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                pkg = pkg.rpartition(".")[0]
+            base = f"{pkg}.{base}".rstrip(".") if base else pkg
+        return [base] + [f"{base}.{a.name}" for a in node.names]
+    return []
+
+
+def edges(root: Path) -> dict[str, set[str]]:
+    """module -> project modules it imports (a package's own __init__ is not an edge of its
+    submodules: importing harness.x runs harness/__init__.py, which is not a dependency choice)."""
+    mods = modules(root)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for t in _targets(node, m, path.name == "__init__.py"):
+                r = resolve(t)
+                if r and r != m and not m.startswith(r + "."):
+                    out[m].add(r)
+    return out
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in g:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(g[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(g[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def package_cycles(g: dict[str, set[str]]) -> list[tuple[str, str]]:
+    pk: dict[str, set[str]] = {}
+    for m, ts in g.items():
+        for t in ts:
+            a, b = m.split(".")[0], t.split(".")[0]
+            if a != b:
+                pk.setdefault(a, set()).add(b)
+    return sorted((a, b) for a in pk for b in pk[a] if a < b and a in pk.get(b, set()))
+
+
+def upward(g: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, t) for m, ts in g.items() for t in ts
+                  if (m.split(".")[0], t.split(".")[0]) in FORBIDDEN)
+
+
+def problems(root: Path) -> list[str]:
+    g = edges(root)
+    return ([f"cycle: {' <-> '.join(c)}" for c in cycles(g)] +
+            [f"package cycle: {a} <-> {b}" for a, b in package_cycles(g)] +
+            [f"upward import: {m} -> {t}" for m, t in upward(g)])
