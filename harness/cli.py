@@ -9,8 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.config import TOGGLE_NAMES, RunConfig, UsageError, settable_keys
+from harness.config import RunConfig, UsageError, settable_keys
 from harness.dist import default_device
+from results import toggles as toggle_decl
 from results.paths import results_root
 
 
@@ -122,7 +123,10 @@ def cmd_list() -> int:
     for name in registry.names():
         wl = registry.get(name)
         print(f"  {name:<10} sizes: {', '.join(wl.sizes)}   quality: {wl.quality_metric}")
-    print(f"toggles: {', '.join(TOGGLE_NAMES)}  (amp: off|bf16|fp16; others true|false)")
+    print("toggles:")
+    for t in toggle_decl.TOGGLES:
+        values = "true|false" if t.type == "bool" else "|".join(t.choices)
+        print(f"  {t.name:<14} {values:<16} applied in {t.owner}: {t.doc}")
     print(f"settable keys (--set KEY=VALUE): {', '.join(settable_keys())}")
     return 0
 
@@ -138,11 +142,9 @@ def cmd_info(name: str) -> int:
     for size in wl.sizes.values():
         with torch.device("meta"):  # count parameters without allocating them
             params = sum(p.numel() for p in wl.build_model(size).parameters())
-        shape = getattr(size, "input_shape", None) or (size.seq_len,)
-        target = (f"entropy rate of the data + {size.target_margin} nats/token"
-                  if hasattr(size, "target_margin") else f"{size.quality_target}")
-        print(f"  {size.name:<6} input {tuple(shape)}  params {params:,}  "
-              f"train GFLOP/sample {wl.flops_per_sample(size) / 1e9:,.3f}  batch {size.batch_size}  target {target}")
+        print(f"  {size.name:<6} input {tuple(wl.input_shape(size))}  params {params:,}  "
+              f"train GFLOP/sample {wl.flops_per_sample(size) / 1e9:,.3f}  batch {size.batch_size}  "
+              f"target {wl.target_text(size)}")
     print(f"data format: {wl.data_format}")
     return 0
 

@@ -16,46 +16,42 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import UsageError  # noqa: F401  (re-exported: the config's error type)
+from results import toggles as toggle_decl
 
 
-AMP_MODES = ("off", "bf16", "fp16")
+AMP_MODES = toggle_decl.BY_NAME["amp"].choices
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 RUN_MODES = ("throughput", "ttt")
 DEVICES = ("cpu", "cuda")
-TOGGLE_NAMES = ("dali", "channels_last", "cuda_graphs", "compile", "mpi_staging", "amp")
+TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/toggles.py
 # Fields that label a run but do not change what it measures: kept out of the variant hash.
 LABEL_FIELDS = ("sweep", "repeat", "reference_run")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Toggles:
-    """The optimizations the harness switches on and off. Each is read in exactly one module."""
+def _check_toggles(self) -> None:
+    for t in toggle_decl.TOGGLES:
+        value = getattr(self, t.name)
+        if t.type == "bool":
+            if not isinstance(value, bool):
+                raise UsageError(f"toggles.{t.name} expects a bool (true/false); got {value!r}")
+        elif value not in t.choices:
+            raise UsageError(f"toggles.{t.name} must be one of {', '.join(t.choices)}; got {value!r}")
 
-    dali: bool = False
-    """Read batches through the workload's DALI pipeline (harness/data.py)."""
-    channels_last: bool = False
-    """Model and inputs in NHWC / NDHWC memory format (harness/optimize.py)."""
-    cuda_graphs: bool = False
-    """Capture the whole training step in one CUDA graph and replay it (harness/optimize.py)."""
-    compile: bool = False
-    """torch.compile the model (harness/optimize.py); mode from RunConfig.compile_mode."""
-    mpi_staging: bool = False
-    """Stage the dataset to node-local storage with MPI before training (staging/)."""
-    amp: str = "off"
-    """Autocast precision: off, bf16 or fp16 (harness/optimize.py)."""
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "amp":
-                if value not in AMP_MODES:
-                    raise UsageError(f"toggles.amp must be one of {', '.join(AMP_MODES)}; got {value!r}")
-            elif not isinstance(value, bool):
-                raise UsageError(f"toggles.{f.name} expects a bool (true/false); got {value!r}")
+def _enabled(self) -> list[str]:
+    """Names of the toggles that are on, in declaration order."""
+    return [t.name for t in toggle_decl.TOGGLES if t.is_on(getattr(self, t.name))]
 
-    def enabled(self) -> list[str]:
-        """Names of the toggles that are on, in TOGGLE_NAMES order."""
-        return [n for n in TOGGLE_NAMES if getattr(self, n) not in (False, "off")]
+
+# The optimizations the harness switches on and off, one field per declared toggle (name, type,
+# default and docstring from results/toggles.py). Frozen, validated at creation; each toggle is
+# read in exactly one module, its declared owner.
+Toggles = dataclasses.make_dataclass(
+    "Toggles", [(t.name, t.type, field(default=t.default, metadata={"doc": t.doc, "owner": t.owner}))
+                for t in toggle_decl.TOGGLES],
+    namespace={"__post_init__": _check_toggles, "enabled": _enabled, "__module__": __name__,
+               "__doc__": "The optimizations the harness switches on and off (results/toggles.py)."},
+    frozen=True, kw_only=True, slots=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -26,7 +26,7 @@ from harness import dist as dist_mod
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.mlperf_log import K
-from harness.optimize import TrainStep
+from harness.optimize import TrainStep, build
 from harness.timing import now, sync
 
 
@@ -99,7 +99,7 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, total, dist.rank, dist.world)
     model = workload.build_model(size)
     opt, sched = workload.build_optimizer(model, size, global_batch, steps_per_epoch)
-    ts = TrainStep(cfg, workload, model, opt, sched, world=dist.world)
+    ts = build(cfg, workload, model, opt, sched, world=dist.world)
     for key, value in workload.mlperf_hyperparameters(size, global_batch).items():
         ml.event(key, value)
     ml.event("quality_target", target)  # not an MLLOG constant: the LM rules need it, HPC rules ignore it
@@ -179,7 +179,7 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
                                                             cfg.profile_steps, cfg.device)
         finally:
             loader.close()
-    rec.info.update(peak.for_run(cfg))
+    rec.info.update(peak.for_run(cfg.device, ts.dtype))
 
 
 def _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch_num, step) -> bool:

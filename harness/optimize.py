@@ -1,16 +1,21 @@
-"""Applies the compute toggles to a single-device model, in one documented order:
+"""The ordered builder: a single-device model becomes the training step through named steps,
+always in this order (torchtitan's parallelize_llama: apply_tp, then compile, then
+apply_fsdp / apply_ddp, each a function):
 
-  1. device placement                     model.to(device)
-  2. channels_last                        model + every input batch in NHWC / NDHWC
-  3. amp                                  autocast(bf16|fp16) around forward + loss;
-                                          fp16 adds a GradScaler (CUDA only)
-  4. data parallel (not a toggle)         DistributedDataParallel when launched with > 1 rank
-  5. compile                              torch.compile(model, mode=cfg.compile_mode)
-  6. cuda_graphs                          capture of the whole step (fwd, loss, bwd, optimizer)
-                                          with static input buffers, replayed per step (CUDA only)
+  device          model.to(device)
+  layout          channels_last: model + every input batch in NHWC / NDHWC
+  amp             autocast(bf16|fp16) around forward + loss; fp16 adds a GradScaler (CUDA only)
+  data_parallel   DistributedDataParallel when launched with > 1 rank (not a toggle)
+  compile         torch.compile(model, mode=cfg.compile_mode)
+  graph_capture   capture of the whole step (fwd, loss, bwd, optimizer) with static input
+                  buffers, replayed per step (CUDA only; harness/graph_capture.py)
 
-The only module that reads toggles.channels_last, amp, compile and cuda_graphs. A toggle that
-can't work here raises harness.errors.Unsupported with the reason: never a silent eager run.
+BUILD_STEPS holds that order; `build` runs it. The coming `parallel` section slots in as more
+named steps: tensor/sequence parallel after amp and before compile, sharded data parallel
+(ZeRO-1, FSDP) in place of data_parallel.
+
+`check` holds every incompatible combination and is called before anything is built or run.
+The only module that reads toggles.channels_last, amp, compile and cuda_graphs.
 """
 from __future__ import annotations
 
@@ -22,17 +27,20 @@ import torch
 import staging
 from harness import data
 from harness.config import RunConfig
-from harness.errors import Unsupported
+from harness.graph_capture import GraphedStep
 
 
-def unsupported_reason(cfg: RunConfig, workload) -> str | None:
-    """Why this configuration can't run on this machine, or None. Checked before any work."""
+def check(cfg: RunConfig, workload) -> str | None:
+    """Why this configuration can't run on this machine, or None: every incompatible
+    combination in one place, checked before any work (the run is then `unsupported`)."""
     t = cfg.toggles
-    cuda = torch.cuda.is_available()
+    # combinations that can't work anywhere first, then what this workload and machine lack
+    if t.cuda_graphs and t.amp == "fp16":
+        return "cuda_graphs with amp=fp16: GradScaler's unscale/inf checks run on the host; use bf16"
     for name in t.enabled():
         if name in workload.unsupported_toggles:
             return f"{name}: {workload.unsupported_toggles[name]}"
-    if cfg.device == "cuda" and not cuda:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
         return "device=cuda but torch sees no CUDA device on this machine"
     if t.cuda_graphs and cfg.device != "cuda":
         return "cuda_graphs needs a CUDA device (torch.cuda.CUDAGraph); this run is on CPU"
@@ -49,52 +57,24 @@ def unsupported_reason(cfg: RunConfig, workload) -> str | None:
     return None
 
 
-def memory_format(cfg: RunConfig, workload) -> torch.memory_format:
-    if not cfg.toggles.channels_last:
-        return torch.contiguous_format
-    return torch.channels_last_3d if workload.channels_last_dims == 5 else torch.channels_last
-
-
 class TrainStep:
     """`step(x, y) -> loss` runs one optimizer step. `prepare(x, y)` moves and lays out a
-    loader batch for it; `eval_model` is the un-compiled, un-captured model for evaluation."""
+    loader batch for it; `eval_model` is the un-wrapped, un-compiled model for evaluation.
+    Made by `build`; each build step sets the attributes it owns."""
 
-    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler,
-                 world: int = 1):
-        self.cfg, self.workload = cfg, workload
+    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler, world: int):
+        self.cfg, self.workload, self.world = cfg, workload, world
         self.device = torch.device(cfg.device)
         self.optimizer, self.scheduler = optimizer, scheduler
         self.loss_fn = workload.loss
-        # 1. device
-        model.to(self.device)
-        # 2. channels_last
-        self.mem_format = memory_format(cfg, workload)
-        if cfg.toggles.channels_last:
-            model.to(memory_format=self.mem_format)
-        self.eval_model = model
-        # 3. amp
-        self.autocast = self._autocast()
-        self.scaler = torch.amp.GradScaler("cuda") if cfg.toggles.amp == "fp16" else None
-        # 4. data parallel: gradients averaged across ranks in backward (bucketed all-reduce)
-        train_model = model
-        if world > 1:
-            from torch.nn.parallel import DistributedDataParallel
-            train_model = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if self.device.type == "cuda" else None)
-        # 5. compile (lazy: the first warm-up step pays the compile time)
-        self.model = torch.compile(train_model, mode=cfg.compile_mode) if cfg.toggles.compile else train_model
-        # 6. cuda_graphs (captured on the first call, after eager warm-up on a side stream)
-        self._graph: _GraphedStep | None = None
-        self._step: Callable = self._eager_step
-
-    def _autocast(self):
-        amp = self.cfg.toggles.amp
-        if amp == "off":
-            return contextlib.nullcontext
-        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-        # The cast-weight cache must be off under graph capture (torch.cuda.graph docs): cached
-        # casts made inside the capture would be freed when autocast exits.
-        cache = not self.cfg.toggles.cuda_graphs
-        return lambda: torch.autocast(device_type=self.device.type, dtype=dtype, cache_enabled=cache)
+        self.eval_model = model        # evaluation runs this one: no DDP, no compile, no graph
+        self.model = model             # what the step calls: wrapped by the steps below
+        self.mem_format = torch.contiguous_format   # layout
+        self.autocast: Callable = contextlib.nullcontext  # amp
+        self.dtype = "fp32"            # amp: what the matmuls run in (the MFU peak is measured at it)
+        self.scaler: torch.amp.GradScaler | None = None  # amp=fp16
+        self.capture = False           # graph_capture: captured on the first call
+        self._graph: GraphedStep | None = None
 
     def prepare(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.workload.to_model_input(x)
@@ -126,94 +106,76 @@ class TrainStep:
     def __call__(self, x, y) -> torch.Tensor:
         if not self.eval_model.training:  # evaluation left it in eval mode; avoid a per-step module walk
             self.model.train()
-        if self.cfg.toggles.cuda_graphs:
+        if self.capture:
             if self._graph is None:
-                self._graph = _GraphedStep(self, x, y)
+                self._graph = GraphedStep(self, x, y)
             loss = self._graph.replay(x, y)
         else:
-            loss = self._step(x, y)
+            loss = self._eager_step(x, y)
         self.scheduler.step()
         return loss
 
 
-class _GraphedStep:
-    """Whole-step CUDA graph as in NVIDIA's MLPerf DeepCAM/CosmoFlow trainers and the PyTorch
-    'whole network capture' recipe: static input/label buffers, a few eager iterations on a side
-    stream, then capture of forward + loss + backward + optimizer.step. Grads are None when
-    capture starts, so the captured backward *assigns* them from the graph's pool and every
-    replay overwrites them: no zero_grad kernels per replay."""
-
-    WARMUP_ITERS = 3  # eager iterations on the side stream before capture (NVIDIA: 20-50)
-
-    def __init__(self, ts: TrainStep, x: torch.Tensor, y: torch.Tensor):
-        if ts.scaler is not None:
-            raise Unsupported("cuda_graphs with amp=fp16: GradScaler's unscale/inf checks run on the host; use bf16")
-        self.ts = ts
-        self.static_x, self.static_y = x.clone(), y.clone()
-        graph_safe_optimizer(ts.optimizer, x.device)
-        before = TrainingState(ts.eval_model, ts.optimizer)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.WARMUP_ITERS):
-                ts._eager_step(self.static_x, self.static_y)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        ts.optimizer.zero_grad(set_to_none=True)
-        with torch.cuda.graph(self.graph):
-            self.static_loss = ts._forward_backward(self.static_x, self.static_y)
-            ts.optimizer.step()
-        # The warm-up iterations trained on the first batch; capture itself computes nothing.
-        # Put weights, buffers and optimizer state back so that the first replay is step 0.
-        before.restore()
-
-    def replay(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.static_x.copy_(x, non_blocking=True)
-        self.static_y.copy_(y, non_blocking=True)
-        self.graph.replay()
-        return self.static_loss.detach().clone()
+# -- the build steps, in order ------------------------------------------------------------------
+def apply_device(ts: TrainStep) -> None:
+    ts.model.to(ts.device)
 
 
-def graph_safe_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Switch an optimizer to its capturable form in place: LR read from a device tensor (the
-    scheduler fill_()s it, so schedules apply in replay) and no host reads inside step()."""
-    for group in optimizer.param_groups:
-        group["lr"] = torch.tensor(float(group["lr"]), device=device)
-        if "capturable" in group:  # Adam/AdamW: step counters on the device, no host reads
-            group["capturable"] = True
-        elif "fused" in group:
-            # SGD: its foreach path turns a tensor LR into a host scalar (lr.item(), a sync that
-            # breaks capture: "operation failed due to a previous error during capture" on an
-            # H200, torch 2.11); the fused kernel reads the LR on the device.
-            group["fused"], group["foreach"] = True, False
+def apply_layout(ts: TrainStep) -> None:
+    """channels_last: NHWC for 4-D inputs, NDHWC (channels_last_3d) for 5-D ones."""
+    if not ts.cfg.toggles.channels_last:
+        return
+    ts.mem_format = torch.channels_last_3d if ts.workload.channels_last_dims == 5 else torch.channels_last
+    ts.model.to(memory_format=ts.mem_format)
 
 
-class TrainingState:
-    """A copy of a model's parameters and buffers and its optimizer's state, restorable *in
-    place* (a captured graph holds those tensors' addresses). Optimizer state that did not exist
-    when the copy was taken is zeroed on restore, which is what a first step starts from
-    (momentum and Adam moments 0, step counter 0)."""
+def apply_amp(ts: TrainStep) -> None:
+    amp = ts.cfg.toggles.amp
+    if amp == "off":
+        return
+    ts.dtype = amp
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    # The cast-weight cache must be off under graph capture (torch.cuda.graph docs): cached
+    # casts made inside the capture would be freed when autocast exits.
+    cache = not ts.cfg.toggles.cuda_graphs
+    ts.autocast = lambda: torch.autocast(device_type=ts.device.type, dtype=dtype, cache_enabled=cache)
+    if amp == "fp16":
+        ts.scaler = torch.amp.GradScaler("cuda")
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
-        self.model, self.optimizer = model, optimizer
-        self.tensors = {id(t): t.detach().clone() for t in self._model_tensors()}
-        self.opt_state = {id(p): {k: v.detach().clone() for k, v in st.items() if torch.is_tensor(v)}
-                          for p, st in optimizer.state.items()}
 
-    def _model_tensors(self):
-        yield from self.model.parameters()
-        yield from self.model.buffers()  # BN running statistics and counters
+def apply_data_parallel(ts: TrainStep) -> None:
+    """Gradients averaged across ranks in backward (DDP's bucketed all-reduce)."""
+    if ts.world <= 1:
+        return
+    from torch.nn.parallel import DistributedDataParallel
+    ids = [torch.cuda.current_device()] if ts.device.type == "cuda" else None
+    ts.model = DistributedDataParallel(ts.model, device_ids=ids)
 
-    @torch.no_grad()
-    def restore(self) -> None:
-        for t in self._model_tensors():
-            t.copy_(self.tensors[id(t)])
-        for p, st in self.optimizer.state.items():
-            saved = self.opt_state.get(id(p), {})
-            for k, v in st.items():
-                if not torch.is_tensor(v):
-                    continue
-                if k in saved:
-                    v.copy_(saved[k])
-                else:
-                    v.zero_()
+
+def apply_compile(ts: TrainStep) -> None:
+    """Lazy: the first warm-up step pays the compile time."""
+    if ts.cfg.toggles.compile:
+        ts.model = torch.compile(ts.model, mode=ts.cfg.compile_mode)
+
+
+def apply_graph_capture(ts: TrainStep) -> None:
+    """Captured on the first call, after eager warm-up on a side stream (harness/graph_capture.py)."""
+    ts.capture = ts.cfg.toggles.cuda_graphs
+
+
+BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
+    ("device", apply_device),
+    ("layout", apply_layout),
+    ("amp", apply_amp),
+    ("data_parallel", apply_data_parallel),
+    ("compile", apply_compile),
+    ("graph_capture", apply_graph_capture),
+)
+
+
+def build(cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler, world: int = 1) -> TrainStep:
+    """The training step for `model`, every build step applied in BUILD_STEPS order."""
+    ts = TrainStep(cfg, workload, model, optimizer, scheduler, world)
+    for _, step in BUILD_STEPS:
+        step(ts)
+    return ts

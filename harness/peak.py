@@ -27,10 +27,6 @@ SIDE = {"cpu": 1024, "cuda": 8192}  # matmul edge: big enough to be compute-boun
 REPS = 5
 
 
-def run_dtype(cfg) -> str:
-    return cfg.toggles.amp if cfg.toggles.amp != "off" else "fp32"
-
-
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
@@ -90,11 +86,10 @@ def vendor_peak(device: str, dtype: str) -> float | None:
     return None
 
 
-def for_run(cfg) -> dict:
-    """Peaks for the run's device and dtype, per device (FLOP/s)."""
-    dtype = run_dtype(cfg)
-    out = {"peak_dtype": dtype, "peak_flops_measured": measured_peak(cfg.device, dtype)}
-    vendor = vendor_peak(cfg.device, dtype)
+def for_run(device: str, dtype: str) -> dict:
+    """Peaks for the run's device and compute dtype (TrainStep.dtype), per device (FLOP/s)."""
+    out = {"peak_dtype": dtype, "peak_flops_measured": measured_peak(device, dtype)}
+    vendor = vendor_peak(device, dtype)
     if vendor:
         out["peak_flops_vendor"] = vendor
     return out

@@ -63,7 +63,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             if launched != dist.world:
                 raise BadInput(f"ranks={launched} but the launcher ({dist.launcher}) started {dist.world}")
             dist_mod.init(dist, cfg.device)
-            reason = optimize.unsupported_reason(cfg, workload) or ""
+            reason = optimize.check(cfg, workload) or ""
             if reason:
                 raise Unsupported(reason)
             size = workload.sizes[cfg.size]

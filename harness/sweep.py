@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, read_yaml_mapping
 from results import schema
+from results import toggles as toggle_decl
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
 SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base"}
@@ -110,7 +111,7 @@ def load(path: Path) -> Sweep:
 
 
 def _on_value(sweep: Sweep, toggle: str) -> Any:
-    return sweep.on_values.get(toggle, "bf16" if toggle == "amp" else True)
+    return sweep.on_values.get(toggle, toggle_decl.BY_NAME[toggle].on)
 
 
 def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tuple[str, RunConfig]]:
@@ -149,7 +150,7 @@ def plan(sweep: Sweep, device: str) -> list[tuple[str, RunConfig]]:
             # is then the recorded one, which resume and the gate look records up by
             base_cfg = RunConfig.from_dict({"device": device, "ranks": 1, **sweep.base, "workload": wl_name,
                                             "size": size, "sweep": sweep.name})
-            applicable = {t for t in sweep.toggles if optimize.unsupported_reason(
+            applicable = {t for t in sweep.toggles if optimize.check(
                 dataclasses.replace(base_cfg, toggles=dataclasses.replace(
                     Toggles(), **{t: _on_value(sweep, t)})), wl) is None}
             runs += interleave(expand(sweep, base_cfg, applicable), sweep.repeats)

@@ -14,16 +14,15 @@ import tempfile
 import time
 from pathlib import Path
 
-TOGGLES = ("dali", "channels_last", "cuda_graphs", "compile", "mpi_staging", "amp")
+from results.toggles import BY_NAME, TOGGLES
+
 
 
 def write_record(runs: Path, sweep: str, config: str, repeat: int, rng: random.Random, steps: int = 20) -> Path:
     """A finished run record in the real format (results/schema.py), with synthetic numbers."""
-    tog = {t: False for t in TOGGLES}
-    tog["amp"] = "off"
-    if config != "baseline":
-        name = config[1:]
-        tog[name] = "bf16" if name == "amp" else True
+    tog = {t.name: t.default for t in TOGGLES}
+    if config[1:] in BY_NAME:  # "+x1".. are configurations with no toggle of their own
+        tog[config[1:]] = BY_NAME[config[1:]].on
     run_id = f"cosmoflow-tiny-{abs(hash((sweep, config))) % 10**10:010d}-{sweep.split('@')[1]}-{repeat}{rng.getrandbits(16):04x}"
     d = runs / run_id
     d.mkdir(parents=True)
@@ -109,7 +108,7 @@ def build_store(n_runs: int, root: Path) -> str:
     from results.ingest import ingest_run
     from results.tracking import client as mlflow_client
     rng = random.Random(1)
-    configs = ["baseline"] + [f"+{t}" for t in TOGGLES] + ["+x1", "+x2", "+x3"]
+    configs = ["baseline"] + [f"+{t.name}" for t in TOGGLES] + ["+x1", "+x2", "+x3"]
     per_sweep = len(configs) * 10
     client = mlflow_client(uri)
     dirs = [write_record(root / "runs", f"bench{s:03d}@2026{s:06d}", c, r, rng)

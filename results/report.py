@@ -10,8 +10,8 @@ import pandas as pd
 
 from results import schema, stats
 from results.store import step_samples
+from results.toggles import NAMES
 
-TOGGLES = ("dali", "channels_last", "cuda_graphs", "compile", "mpi_staging", "amp")
 GROUP = ["workload", "size", "device"]
 
 
@@ -39,10 +39,10 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
 
 
 def toggle_sets(df: pd.DataFrame) -> pd.Series:
-    """Per row, the toggles that are on, in TOGGLES order: ('channels_last', 'amp=bf16'), ...
+    """Per row, the toggles that are on, in declaration order (results/toggles.py): ('channels_last', 'amp=bf16'), ...
     Column-wise (a row loop costs seconds at 10,000 runs)."""
     cols = []
-    for t in TOGGLES:
+    for t in NAMES:
         v = df[f"toggles.{t}"].astype(str) if f"toggles.{t}" in df else pd.Series("False", index=df.index)
         on = ~v.isin(["False", "off", "nan", "None"])
         cols.append(np.where(on, np.where(v == "True", t, t + "=" + v), ""))

@@ -10,7 +10,8 @@ import torch
 
 from harness import registry, runner
 from harness.config import RunConfig, Toggles
-from harness.optimize import TrainStep, unsupported_reason
+from harness.optimize import TrainStep, build
+from harness.optimize import check as unsupported_reason
 from results import schema
 
 WL = registry.get("cosmoflow")
@@ -24,7 +25,7 @@ def _step(cfg: RunConfig) -> TrainStep:
     size = WL.sizes["tiny"]
     model = WL.build_model(size)
     opt, sched = WL.build_optimizer(model, size, 8, 10)
-    return TrainStep(cfg, WL, model, opt, sched)
+    return build(cfg, WL, model, opt, sched)
 
 
 def _batch():
@@ -116,7 +117,7 @@ def test_cuda_graphs_record_is_unsupported_never_eager(tmp_path, monkeypatch, da
 def test_graph_safe_sgd_keeps_numerics_and_schedule():
     """cuda_graphs switches CosmoFlow's SGD to a device-tensor LR and the fused kernel (the
     foreach path would read the LR on the host inside the capture). Same updates, same schedule."""
-    from harness.optimize import graph_safe_optimizer
+    from harness.graph_capture import graph_safe_optimizer
 
     torch.manual_seed(0)
     size = WL.sizes["tiny"]
@@ -144,7 +145,7 @@ def test_training_state_restore_undoes_warmup_steps(workload):
     """cuda_graphs warms up on the first batch before capture; TrainingState.restore must put
     weights, BN statistics and optimizer state back so the first replay is a true step 0
     (on an H200 the un-restored version started at half the baseline loss: fail_accuracy)."""
-    from harness.optimize import TrainingState, graph_safe_optimizer
+    from harness.graph_capture import TrainingState, graph_safe_optimizer
 
     wl = registry.get(workload)
     size = wl.sizes["tiny"]
@@ -177,3 +178,67 @@ def test_training_state_restore_undoes_warmup_steps(workload):
     assert step(m, opt) == pytest.approx(second, rel=1e-4)  # optimizer state restarted too
     for a, b in zip(ref.state_dict().values(), m.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# -- the ordered builder and the one toggle declaration ----------------------------------------
+def test_build_steps_run_in_the_documented_order():
+    import harness.optimize as opt
+    names = [n for n, _ in opt.BUILD_STEPS]
+    assert names == ["device", "layout", "amp", "data_parallel", "compile", "graph_capture"]
+    doc_order = sorted(names, key=lambda n: opt.__doc__.index(f"\n  {n} "))
+    assert doc_order == names  # the module docstring lists the same order
+    assert all(fn.__name__ == f"apply_{n}" for n, fn in opt.BUILD_STEPS)
+
+
+def test_build_applies_layout_amp_and_compile_outside_the_model():
+    ts = _step(_cfg(channels_last=True, amp="bf16", compile=True))
+    assert ts.mem_format == torch.channels_last_3d and ts.dtype == "bf16"
+    assert ts.eval_model is not ts.model  # compiled wrapper for the step, the plain model for eval
+    assert ts.eval_model.convs[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+
+
+def test_cuda_graphs_with_fp16_is_refused_up_front_on_any_machine():
+    reason = unsupported_reason(_cfg(cuda_graphs=True, amp="fp16"), WL)
+    assert reason.startswith("cuda_graphs with amp=fp16")
+
+
+def test_every_toggle_is_read_only_in_its_declared_owner():
+    """`<x>.toggles.<name>` attribute reads (not strings or docs) across harness/, staging/ and
+    workloads/: each toggle appears in exactly its owner module (results/toggles.py)."""
+    import ast
+    from pathlib import Path
+
+    from results.toggles import TOGGLES
+    from tests.conftest import REPO
+    readers: dict[str, set[str]] = {t.name: set() for t in TOGGLES}
+    for pkg in ("harness", "staging", "workloads"):
+        for p in (REPO / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, ast.Attribute) and node.attr in readers \
+                        and isinstance(node.value, ast.Attribute) and node.value.attr == "toggles":
+                    readers[node.attr].add(str(p.relative_to(REPO)))
+    for t in TOGGLES:
+        assert readers[t.name] == {t.owner}, (t.name, readers[t.name])
+        assert Path(REPO / t.owner).is_file()
+
+
+def test_toggles_dataclass_gate_sweep_and_report_derive_from_the_declaration():
+    import dataclasses as dc
+
+    from harness import gate, sweep
+    from results import report
+    from results.toggles import TOGGLES
+    fields = dc.fields(Toggles)
+    assert [f.name for f in fields] == [t.name for t in TOGGLES]
+    assert [f.default for f in fields] == [t.default for t in TOGGLES]
+    on = {t.name: t.on for t in TOGGLES}
+    sw = sweep.Sweep(name="s", workloads=("cosmoflow",), sizes=("tiny",), repeats=1, toggles=tuple(on),
+                     on_values={}, matrix=("add_one_in",), base={})
+    for t in TOGGLES:  # every toggle has a gate tolerance (no KeyError) and a sweep on-value
+        cfg = _cfg(**{t.name: t.on})
+        assert gate.tolerance(cfg, 0) == t.gate[0]
+        assert sweep._on_value(sw, t.name) == t.on
+    import pandas as pd
+    row = {f"toggles.{t.name}": str(t.default) for t in TOGGLES}
+    row["toggles.amp"] = "bf16"
+    assert report.toggle_sets(pd.DataFrame([row])).iloc[0] == ("amp=bf16",)

@@ -11,15 +11,12 @@ from harness.config import RunConfig
 from results import schema
 from tests.conftest import tiny_dataset
 
-CAPS = {"lm": 1500, "cosmoflow": 3000, "deepcam": 800}   # step caps, well above what is needed
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", registry.names())
 def test_tiny_reaches_target(name, tmp_path, data_root, monkeypatch):
     monkeypatch.setenv("HARNESS_DATA", str(data_root))
-    cfg = RunConfig(workload=name, mode="ttt", steps=CAPS[name], warmup_steps=0,
-                    eval_every=50 if name != "cosmoflow" else 96)
+    ref = registry.get(name).reference  # step cap well above what is needed
+    cfg = RunConfig(workload=name, mode="ttt", steps=ref.ttt_step_cap, warmup_steps=0, eval_every=ref.ttt_eval_every)
     out = runner.execute(cfg, root=tmp_path)
     assert out.status == "finished", out.reason
     rec = schema.read_record(out.dir)
@@ -27,7 +24,7 @@ def test_tiny_reaches_target(name, tmp_path, data_root, monkeypatch):
     assert s["converged"], s
     wl = registry.get(name)
     reached = s["quality"] >= s["quality_target"] if wl.higher_is_better else s["quality"] <= s["quality_target"]
-    assert reached and s["steps_done"] < CAPS[name]
+    assert reached and s["steps_done"] < ref.ttt_step_cap
     log = (out.dir / schema.MLPERF_LOG).read_text()
     assert '"status": "success"' in log
     from harness import compliance

@@ -4,6 +4,7 @@ first losses."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -14,15 +15,12 @@ from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 from harness import data, registry, runner
 from harness.config import RunConfig
-from harness.optimize import TrainStep
+from harness.optimize import build
 from results import schema
 from tests.conftest import tiny_dataset
 
 NAMES = registry.names()
 GOLDEN = Path(__file__).parent / "golden"
-FULL_PARAMS = {"cosmoflow": ("full", 8_907_556), "deepcam": ("full", 56_454_720),
-               "lm": ("gpt2", 124_475_904)}  # nanoGPT GPT-2 small with bias, vocab 50304
-LARGER = {"cosmoflow": "small", "deepcam": "small", "lm": "small"}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +36,10 @@ def _first_batch(wl, root, n=4):
 @pytest.mark.parametrize("name", NAMES)
 def test_full_size_parameter_count(name):
     wl = registry.get(name)
-    size_name, expected = FULL_PARAMS[name]
+    ref = wl.reference
     with torch.device("meta"):
-        model = wl.build_model(wl.sizes[size_name])
-    assert sum(p.numel() for p in model.parameters()) == expected
+        model = wl.build_model(wl.sizes[ref.full_size])
+    assert sum(p.numel() for p in model.parameters()) == ref.full_params
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -50,7 +48,7 @@ def test_forward_backward_finite_and_quality_keys(name, roots):
     size = wl.sizes["tiny"]
     model = wl.build_model(size)
     opt, sched = wl.build_optimizer(model, size, 4, 10)
-    ts = TrainStep(RunConfig(workload=name), wl, model, opt, sched)
+    ts = build(RunConfig(workload=name), wl, model, opt, sched)
     x, y = ts.prepare(*_first_batch(wl, roots[name]))
     loss = ts(x, y)
     assert torch.isfinite(loss) and loss.ndim == 0
@@ -58,7 +56,9 @@ def test_forward_backward_finite_and_quality_keys(name, roots):
     with torch.no_grad():
         sums = wl.quality_sums(model.eval()(x), y)
     q = wl.quality(sums)
-    assert isinstance(q, float) and q == q
+    assert isinstance(q, float) and math.isfinite(q)
+    # the statistics are additive (ranks' sums are all-reduced): two copies give the same metric
+    assert wl.quality({k: 2 * v for k, v in sums.items()}) == pytest.approx(q)
     assert wl.quality_target(size, roots[name]) > 0
 
 
@@ -106,16 +106,11 @@ def test_corrected_backward_formula_on_a_depthwise_conv():
 @pytest.mark.parametrize("size_name", ["tiny", "larger"])
 def test_flops_formula_matches_flop_counter(name, size_name):
     wl = registry.get(name)
-    size = wl.sizes[LARGER[name] if size_name == "larger" else size_name]
+    size = wl.sizes[wl.reference.larger_size if size_name == "larger" else size_name]
     model = wl.build_model(size)
-    if name == "lm":
-        x = torch.randint(0, size.vocab, (1, size.seq_len))
-        y = torch.randint(0, size.vocab, (1, size.seq_len))
-    else:
-        shape = (1, *size.input_shape)
-        x = wl.to_model_input(torch.rand(shape) if name == "deepcam" else torch.randint(0, 9, shape, dtype=torch.int16))
-        x = wl.preprocess(x).contiguous()
-        y = (torch.randint(0, 3, (1, size.height, size.width)) if name == "deepcam" else torch.rand(1, 4))
+    x, y = wl.example_batch(size, 1)
+    assert tuple(x.shape[1:]) == tuple(wl.input_shape(size))
+    x = wl.preprocess(wl.to_model_input(x)).contiguous()
     # the math SDPA backend exposes attention's matmuls to the counter
     mapping = {torch.ops.aten.convolution_backward: grouped_conv_backward_flop}
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
@@ -130,6 +125,8 @@ def test_torch_and_dali_loaders_agree(name, roots):
     n = wl.n_samples(roots[name], "val", size)
     batches = data.epoch_batches(n, 4, seed=5, epoch=0, shuffle=True, drop_last=False)[:3] + [[n - 1]]
     got_t = list(wl.torch_loader(roots[name], "val", size, batches))
+    if "dali" in wl.unsupported_toggles:  # the workload says it has no DALI pipeline
+        pytest.skip(f"{name}: dali: {wl.unsupported_toggles['dali']}")
     got_d = list(wl.dali_loader(roots[name], "val", size, batches, device_id=None))
     assert len(got_t) == len(got_d) == len(batches)
     for (xt, yt), (xd, yd) in zip(got_t, got_d):
@@ -146,6 +143,8 @@ def test_golden_first_losses(name, tmp_path, data_root, monkeypatch):
     assert out.status == "finished", out.reason
     losses = [m["loss"] for m in schema.read_metrics(out.dir) if m["kind"] == "step"]
     path = GOLDEN / f"{name}_tiny.json"
+    if not path.exists() and not type(registry.get(name)).__module__.startswith("workloads."):
+        pytest.skip(f"{name} lives outside this repository: no golden losses recorded for it here")
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(json.dumps({"seed": 1, "losses": losses}, indent=1) + "\n")

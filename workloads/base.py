@@ -6,6 +6,7 @@ time; model and data code are imported inside the methods.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
@@ -23,6 +24,28 @@ class Size(Protocol):
     n_val: int               # synthetic validation samples
 
 
+@dataclass(frozen=True)
+class Reference:
+    """Facts about the workload's reference, which the contract tests pin down."""
+
+    full_size: str         # the size that is the reference model (e.g. "full", "gpt2")
+    full_params: int       # its parameter count (counted on the meta device by the tests)
+    larger_size: str       # a size past tiny, for the FLOPs formula check
+    ttt_step_cap: int      # tiny time-to-train: step cap, well above what reaching the target needs
+    ttt_eval_every: int    # tiny time-to-train: steps between evaluations
+
+
+@dataclass(frozen=True)
+class ReadSet:
+    """What one loader path reads from disk, for the loader benchmark's raw-read baseline:
+    either whole files per sample (index = sample index), or shards read whole in order once
+    per epoch with `sample_bytes` of them per sample."""
+
+    per_sample: Sequence[Sequence[Path]] = ()
+    shards: Sequence[Path] = ()
+    sample_bytes: int = 0
+
+
 class Workload(Protocol):
     name: str
     sizes: Mapping[str, Size]
@@ -32,6 +55,8 @@ class Workload(Protocol):
     unsupported_toggles: Mapping[str, str]  # toggle -> reason this workload can't do it
     data_format: str               # one line: the on-disk format the generator writes
     data_version: int              # bumped when the generator changes: datasets are cached by it
+    reference: Reference           # reference facts the tests pin (parameter count, ttt step cap)
+    threaded_loader: bool          # torch_loader(..., threads=N) reads a batch with N threads
 
     def build_model(self, size: Size) -> "nn.Module": ...
 
@@ -61,6 +86,19 @@ class Workload(Protocol):
 
     def preprocess(self, x: "torch.Tensor") -> "torch.Tensor":
         """Per-batch input transform on the device, after the host-to-device copy (e.g. log1p)."""
+
+    def read_set(self, root: Path, split: str, size: Size, path: str) -> ReadSet:
+        """The files loader path `path` ("torch" or "dali") reads for `split`."""
+
+    def example_batch(self, size: Size, n: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """A random (inputs, targets) CPU batch of n samples in the loader's layout and dtypes
+        (TorchBench's example inputs): for tests and FLOP counts without a dataset."""
+
+    def input_shape(self, size: Size) -> tuple[int, ...]:
+        """One sample's input shape as the loader yields it."""
+
+    def target_text(self, size: Size) -> str:
+        """The quality target in words, for `harness info` (e.g. "0.124")."""
 
     def loss(self, output: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor": ...
 

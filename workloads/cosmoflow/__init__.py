@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads.base import ReadSet, Reference
 from workloads.cosmoflow.spec import CosmoFlowSize, SIZES
 
 
@@ -24,6 +25,9 @@ class CosmoFlow:
     data_format: str = "one .npy per sample: data-N.npy int16 (D, H, W, 4) counts + label-N.npy float32[4]; loaders apply log1p (on the device)"
     data_version: int = 2  # 2: tiny writes 1536 training samples (was 384)
     mlperf_quality_key: str = "eval_error"
+    reference: Reference = Reference(full_size="full", full_params=8_907_556, larger_size="small",
+                                     ttt_step_cap=3000, ttt_eval_every=96)
+    threaded_loader: bool = True  # its PyTorch loader fills a batch with the rank's threads
 
     # model ------------------------------------------------------------------------------------
     def build_model(self, size: CosmoFlowSize):
@@ -65,9 +69,23 @@ class CosmoFlow:
         from workloads.cosmoflow.loaders import data_files
         return data_files(root, split)
 
-    def torch_loader(self, root, split, size, batches):
+    def torch_loader(self, root, split, size, batches, threads: int | None = None):
         from workloads.cosmoflow.loaders import torch_loader
-        return torch_loader(root, split, size, batches)
+        return torch_loader(root, split, size, batches, threads=threads)
+
+    def read_set(self, root, split, size, path) -> ReadSet:
+        from workloads.cosmoflow.loaders import label_file
+        return ReadSet(per_sample=[[f, label_file(f)] for f in self.files(root, split)])  # both paths alike
+
+    def example_batch(self, size: CosmoFlowSize, n: int):
+        import torch
+        return torch.randint(0, 9, (n, *size.input_shape), dtype=torch.int16), torch.rand(n, 4)
+
+    def input_shape(self, size: CosmoFlowSize) -> tuple[int, ...]:
+        return size.input_shape
+
+    def target_text(self, size: CosmoFlowSize) -> str:
+        return f"{size.quality_target}"
 
     def dali_loader(self, root, split, size, batches, device_id):
         from workloads.cosmoflow.loaders import dali_loader

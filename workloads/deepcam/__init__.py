@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads.base import ReadSet, Reference
 from workloads.deepcam.spec import SIZES, DeepCAMSize
 
 # reference class frequencies (train.py) and weights w_c = f_c^-0.125
@@ -27,6 +28,9 @@ class DeepCAM:
     unsupported_toggles: dict = field(default_factory=dict)
     mlperf_benchmark: str = "deepcam"
     data_format: str = "one HDF5 per sample: climate/data float32 (H, W, 16) + climate/labels_0 (H, W) in {0,1,2}; stats.h5 with per-channel minval/maxval; npy/ copies for DALI"
+    reference: Reference = Reference(full_size="full", full_params=56_454_720, larger_size="small",
+                                     ttt_step_cap=800, ttt_eval_every=50)
+    threaded_loader: bool = False
     data_version: int = 2  # 2: vortices of radius 2.5-3.5 px (were 1.5-2.5: below what a stride-16 encoder resolves)
     mlperf_quality_key: str = "eval_accuracy"
 
@@ -66,6 +70,24 @@ class DeepCAM:
     def n_samples(self, root: Path, split: str, size: DeepCAMSize) -> int:
         from workloads.deepcam.loaders import h5_files
         return len(h5_files(root, split))
+
+    def read_set(self, root, split, size, path) -> ReadSet:
+        """HDF5 per sample for the PyTorch path, NVIDIA's npy conversion for DALI."""
+        from workloads.deepcam.loaders import h5_files, npy_files
+        if path == "torch":
+            return ReadSet(per_sample=[[f] for f in h5_files(root, split)])
+        xs, ys = npy_files(root, split)
+        return ReadSet(per_sample=[[x, y] for x, y in zip(xs, ys)])
+
+    def example_batch(self, size: DeepCAMSize, n: int):
+        import torch
+        return torch.rand(n, *size.input_shape), torch.randint(0, size.n_classes, (n, size.height, size.width))
+
+    def input_shape(self, size: DeepCAMSize) -> tuple[int, ...]:
+        return size.input_shape
+
+    def target_text(self, size: DeepCAMSize) -> str:
+        return f"{size.quality_target}"
 
     def torch_loader(self, root, split, size, batches):
         from workloads.deepcam.loaders import torch_loader

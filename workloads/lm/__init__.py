@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads.base import ReadSet, Reference
 from workloads.lm.spec import SIZES_RAW, LMSize
 
 
@@ -31,6 +32,10 @@ class LM:
     data_format: str = "uint16 token shards (shard-N.npy), 1024 windows of seq_len+1 tokens each; source.json gives the Markov source's entropy rate"
     data_version: int = 1
     mlperf_quality_key: str = "eval_accuracy"
+    # nanoGPT's GPT-2 small with bias, vocab 50304
+    reference: Reference = Reference(full_size="gpt2", full_params=124_475_904, larger_size="small",
+                                     ttt_step_cap=1500, ttt_eval_every=50)
+    threaded_loader: bool = False
 
     def quality_target(self, size: LMSize, root: Path) -> float:
         """Entropy rate of this dataset's source + the size's margin (nats/token)."""
@@ -79,6 +84,21 @@ class LM:
     def dali_loader(self, root, split, size, batches, device_id):
         from workloads.lm.loaders import dali_loader
         return dali_loader(root, split, size, batches, device_id)
+
+    def read_set(self, root, split, size, path) -> ReadSet:
+        """Windows of token shards: the limit is reading the shards whole, in order (uint16 tokens)."""
+        from workloads.lm.loaders import shard_files
+        return ReadSet(shards=shard_files(root, split), sample_bytes=(size.seq_len + 1) * 2)
+
+    def example_batch(self, size: LMSize, n: int):
+        import torch
+        return (torch.randint(0, size.vocab, (n, size.seq_len)), torch.randint(0, size.vocab, (n, size.seq_len)))
+
+    def input_shape(self, size: LMSize) -> tuple[int, ...]:
+        return (size.seq_len,)
+
+    def target_text(self, size: LMSize) -> str:
+        return f"entropy rate of the data + {size.target_margin} nats/token"
 
     def to_model_input(self, x):
         return x
