@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def ttt(workload: str, size: str, runs: int, sets: list[str], device: str) -> in
     from rich.console import Console
     from rich.table import Table
 
-    from harness import sweep
+    from harness.launch.backend import SweepPlan
+    from harness.launch.local import LocalBackend
     from results import schema
 
     if runs < 1:
@@ -61,17 +63,14 @@ def ttt(workload: str, size: str, runs: int, sets: list[str], device: str) -> in
     sweep_id = f"ttt-{workload}-{size}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     base = RunConfig(workload=workload, size=size, mode="ttt", device=device, steps=TTT_STEP_CAP, ranks=1,
                      sweep=sweep_id).with_overrides(sets)
-    cells = [("ttt", base.with_overrides([f"seed={base.seed + i}", f"repeat={i}"])) for i in range(runs)]
+    cfgs = [base.with_overrides([f"seed={base.seed + i}", f"repeat={i}"]) for i in range(runs)]
+    cells = [{"label": "ttt", "config": c.to_dict(), "variant": c.variant_hash(), "baseline_variant": ""} for c in cfgs]
     print(f"time-to-train campaign {sweep_id}: {runs} runs, seeds {base.seed}..{base.seed + runs - 1}")
-    sweep.run_all(cells)
+    LocalBackend().run_cells(SweepPlan(sweep_id, cells, list(range(runs)), results_root(), python=sys.executable))
     required = scoring.REQUIRED_RUNS.get(workload, scoring.DEFAULT_REQUIRED)
     rows, times, staging, env = [], [], [], {}
-    for d in sorted((results_root() / "runs").glob(f"{workload}-{size}-*")):
-        try:
-            rec = schema.read_record(d)
-        except schema.RecordError:
-            continue
-        if rec["config"].get("sweep") != sweep_id:
+    for d, rec, _ in schema.scan_records(results_root() / "runs", f"{workload}-{size}-*"):
+        if rec is None or rec["config"].get("sweep") != sweep_id:
             continue
         env = rec["env"]
         t = ttt_seconds(d / schema.MLPERF_LOG) if rec["status"]["status"] == schema.FINISHED else None

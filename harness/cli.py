@@ -42,12 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", type=int, default=0, help="override the file's repeats")
     s.add_argument("--rerun-failed", action="store_true",
                    help="resume the latest run of this sweep: only cells without a finished record")
+    s.add_argument("--dry-run", action="store_true", help="print the cells' commands and their order; run nothing")
     sub.add_parser("demo", help="the CPU ablation demo (harness/sweeps/demo.yaml)")
 
-    b = sub.add_parser("submit", help="run a sweep as Slurm job arrays + a dependent ingest job")
+    b = sub.add_parser("submit", help="run a sweep through a site's scheduler (Slurm: job arrays + a dependent ingest job)")
     b.add_argument("file")
     b.add_argument("--site", default="local", help="site file: a name in harness/sites/ or a path")
-    b.add_argument("--dry-run", action="store_true", help="print the rendered #SBATCH scripts; submit nothing")
+    b.add_argument("--dry-run", action="store_true",
+                   help="print the rendered job scripts and the submit commands with their dependencies; submit nothing")
     b.add_argument("--rerun-failed", action="store_true", help="resubmit only cells without a finished record")
     b.add_argument("--wait", action="store_true", help="wait for the jobs (rate-limited polling), print the summary")
     b.add_argument("--repeats", type=int, default=0, help="override the file's repeats")
@@ -171,14 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)
-        if args.cmd == "submit":
-            from harness.launch import site, slurm
-            return slurm.submit(Path(args.file), site.load(args.site), dry_run=args.dry_run,
-                                rerun_failed=args.rerun_failed, wait=args.wait, repeats=args.repeats)
         from harness import sweep
+        if args.cmd == "submit":
+            from harness.launch import site
+            return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,
+                              site=site.load(args.site), dry_run=args.dry_run, wait=args.wait)
         if args.cmd == "demo":
             return sweep.main(Path(__file__).parent / "sweeps" / "demo.yaml", repeats=0)
-        return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed)
+        return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,
+                          dry_run=args.dry_run)
     except UsageError as e:
         print(f"harness: error: {e}", file=sys.stderr)
         return 2

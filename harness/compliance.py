@@ -50,12 +50,8 @@ def ttt_logs(runs_root: Path) -> list[tuple[Path, str]]:
     """(mlperf.log, workload) of every finished time-to-train record."""
     from results import schema
     out = []
-    for d in sorted(Path(runs_root).glob("*")):
-        try:
-            rec = schema.read_record(d)
-        except schema.RecordError:
-            continue
-        if rec["config"].get("mode") == "ttt" and rec["status"]["status"] == schema.FINISHED:
+    for d, rec, _ in schema.scan_records(runs_root):
+        if rec is not None and rec["config"].get("mode") == "ttt" and rec["status"]["status"] == schema.FINISHED:
             out.append((d / schema.MLPERF_LOG, rec["config"]["workload"]))
     return out
 

@@ -55,6 +55,20 @@ def gpu_info() -> dict:
             "gpu_driver": driver, "cuda": torch.version.cuda}
 
 
+def scheduler_info() -> dict:
+    """Scheduler-neutral job facts: {name, job_id, array_task_id, nodes}; empty outside one.
+    Slurm's are read from its variables; the local scheduler (harness/launch/local.py) sets
+    HARNESS_SCHEDULER and HARNESS_JOB_ID for each cell it runs."""
+    e = os.environ
+    if "SLURM_JOB_ID" in e:
+        return {"name": "slurm", "job_id": e.get("SLURM_ARRAY_JOB_ID") or e["SLURM_JOB_ID"],
+                "array_task_id": e.get("SLURM_ARRAY_TASK_ID", ""), "nodes": e.get("SLURM_JOB_NODELIST", "")}
+    if "HARNESS_SCHEDULER" in e:
+        return {"name": e["HARNESS_SCHEDULER"], "job_id": e.get("HARNESS_JOB_ID", ""), "array_task_id": "",
+                "nodes": socket.gethostname()}
+    return {}
+
+
 def capture() -> dict:
     import torch
     sha = _git("rev-parse", "HEAD")
@@ -71,7 +85,8 @@ def capture() -> dict:
         **gpu_info(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
-        "slurm": {k: os.environ[k] for k in SLURM_VARS if k in os.environ},
+        "slurm": {k: os.environ[k] for k in SLURM_VARS if k in os.environ},  # Slurm's own, as they are
+        "scheduler": scheduler_info(),
         "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),  # exact, as typed
         "cwd": os.getcwd(),
     }

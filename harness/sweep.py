@@ -6,14 +6,15 @@ Matrix sets (any subset, in this order):
   all_on         every toggle that can run here
   leave_one_out  all_on minus each toggle
 Repeats are interleaved (A B C ... A B C ...) so machine drift hits every configuration alike.
-Each run is its own process (clean memory, no compile cache shared between configurations);
-one failing or unsupported configuration never stops the sweep. Records are ingested at the end.
+Cells are planned once and run through the launcher protocol (harness/launch/backend.py): the
+local scheduler (`harness sweep`) runs each cell as its own process on this machine, Slurm
+(`harness submit --site`) as job arrays; either way one failing or unsupported cell never
+stops the sweep, and records are ingested at the end.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +22,11 @@ from typing import Any
 
 
 from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, read_yaml_mapping
-from results import schema
 from results import toggles as toggle_decl
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
 SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base"}
 DEFAULT_REPEATS = 5
-RUN_TIMEOUT_S = 1800  # one configuration; a hung run is killed and recorded by its own handler
 
 
 @dataclass(frozen=True)
@@ -157,13 +156,21 @@ def plan(sweep: Sweep, device: str) -> list[tuple[str, RunConfig]]:
     return runs
 
 
-def _set_args(cfg: RunConfig) -> list[str]:
-    return [a for k, v in cfg.flat().items() if k not in ("workload", "size")
-            for a in ("--set", f"{k}={v}")]
-
-
-_RESULT = re.compile(r"^(\w+): (\S+) \((.+?)\)")
 DONE = ("finished", "fail_accuracy")  # statuses a resumed sweep does not run again
+
+
+def plan_cells(sw: Sweep, device: str, ranks: int) -> list[dict]:
+    """Every (label, config) of the sweep, with its variant and its baseline's variant (the
+    correctness-gate lookup of `harness cell`), in interleaved order."""
+    cells, baseline_of = [], {}
+    for label, cfg in plan(sw, device):
+        cfg = dataclasses.replace(cfg, ranks=ranks)
+        key = (cfg.workload, cfg.size)
+        if label == "baseline":
+            baseline_of[key] = cfg.variant_hash()
+        cells.append({"label": label, "config": cfg.to_dict(), "variant": cfg.variant_hash(),
+                      "baseline_variant": baseline_of.get(key, "")})
+    return cells
 
 
 def existing_records(runs_root: Path, sweep_id: str) -> dict[tuple[str, int], tuple[str, str]]:
@@ -179,79 +186,6 @@ def existing_records(runs_root: Path, sweep_id: str) -> dict[tuple[str, int], tu
     return out
 
 
-def run_all(runs: list[tuple[str, RunConfig]], done: dict | None = None) -> list[str]:
-    """Run every configuration in its own process, with a progress bar. Cells whose record in
-    `done` already finished are skipped (resume / rerun-failed). Every non-baseline cell gets
-    its repeat's baseline as the correctness-gate reference. Returns the statuses."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    done = done or {}
-    baselines: dict[tuple, str] = {}  # (workload, size, repeat) -> baseline record dir
-    statuses = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[cell]}")) as bar:
-        task = bar.add_task("sweep", total=len(runs), cell="")
-        for label, cfg in runs:
-            key = (cfg.workload, cfg.size, cfg.repeat)
-            prior = done.get((cfg.variant_hash(), cfg.repeat))
-            if prior and prior[0] in DONE:
-                statuses.append(prior[0])
-                if label == "baseline":
-                    baselines[key] = prior[1]
-                bar.advance(task)
-                continue
-            if label != "baseline" and key in baselines:
-                cfg = dataclasses.replace(cfg, reference_run=baselines[key])
-            bar.update(task, cell=f"{cfg.workload}/{cfg.size} {label} r{cfg.repeat}")
-            status = _run_one(cfg, bar.console, label)
-            if label == "baseline" and status[0] == "finished":
-                baselines[key] = status[1]
-            statuses.append(status[0])
-            bar.advance(task)
-    return statuses
-
-
-def _run_one(cfg: RunConfig, console, label: str) -> tuple[str, str]:
-    cmd = [sys.executable, "-m", "harness", "run", cfg.workload, "--size", cfg.size, "--no-ingest",
-           *_set_args(cfg)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:  # SIGTERM first: the run writes its `killed` record
-        proc.terminate()
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        console.print(f"  {label} r{cfg.repeat}: timed out after {RUN_TIMEOUT_S}s")
-    p = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    m = _RESULT.match((p.stdout.strip().splitlines() or [""])[-1])
-    last_err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-    if m is None or p.returncode not in (0, 2):
-        console.print(f"  {label} r{cfg.repeat}: exit {p.returncode}: {last_err}")
-    if m is None:  # the process died without finishing its record: close it as failed
-        how = f"signal {-p.returncode}" if p.returncode and p.returncode < 0 else f"exit {p.returncode}"
-        for d in _running_records(cfg):
-            schema.finalize_orphan(d, f"run process died ({how}): {last_err}"[:500])
-        return "failed", ""
-    return m.group(1), m.group(3)
-
-
-def _running_records(cfg: RunConfig) -> list[Path]:
-    from results.paths import results_root
-    out = []
-    for d in (results_root() / "runs").glob(f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-*"):
-        try:
-            rec = schema.read_record(d)
-        except schema.RecordError:
-            continue
-        if rec["status"]["status"] == schema.RUNNING and rec["config"].get("sweep") == cfg.sweep \
-                and rec["config"].get("repeat") == cfg.repeat:
-            out.append(d)
-    return out
-
-
 def latest_instance(runs_root: Path, name: str) -> str | None:
     from results.report import records_frame
 
@@ -262,37 +196,53 @@ def latest_instance(runs_root: Path, name: str) -> str | None:
     return ids[-1] if ids else None
 
 
-def main(path: Path, repeats: int = 0, rerun_failed: bool = False) -> int:
+def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dry_run: bool = False,
+         wait: bool = False) -> int:
+    """`harness sweep` (site None: the local scheduler on this machine) and `harness submit
+    --site` (the site's scheduler): one planning path, one launcher protocol."""
+    import json
     import time
 
     from harness.dist import default_device
+    from harness.launch import schedulers
+    from harness.launch.backend import SweepPlan, launch, safe
     from results.paths import results_root
-    from results.ingest import ingest_all
-    from results.tracking import default_tracking_uri
-    from results.report import print_sweep_summary
 
-    sweep = load(path)
+    sw = load(path)
     if repeats:
-        sweep = dataclasses.replace(sweep, repeats=repeats)
-    root = results_root()
-    sweep_id = f"{sweep.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-    done = {}
+        sw = dataclasses.replace(sw, repeats=repeats)
+    backend = schedulers.get(site.scheduler if site else "local", site)
+    results = Path(site.results_dir).expanduser() if site and site.results_dir else results_root()
+    runs_root = results / "runs"
     if rerun_failed:
-        sweep_id = latest_instance(root / "runs", sweep.name) or ""
+        sweep_id = latest_instance(runs_root, sw.name) or ""
         if not sweep_id:
-            raise UsageError(f"no earlier run of sweep {sweep.name!r} under {root / 'runs'} to rerun")
-        done = existing_records(root / "runs", sweep_id)
-    runs = plan(dataclasses.replace(sweep, name=sweep_id), default_device())
-    todo = sum(1 for _, c in runs if done.get((c.variant_hash(), c.repeat), ("",))[0] not in DONE)
-    print(f"sweep {sweep_id}: {len(runs) // sweep.repeats} configurations x {sweep.repeats} repeats, "
-          f"interleaved; {todo} to run")
-    run_all(runs, done)
-    uri = default_tracking_uri(root)
-    try:
-        res = ingest_all(root / "runs", uri)
-        print(f"ingested {len(res['added'])} new records into {uri}")
-    except Exception as e:  # noqa: BLE001 - records stay; `make ingest` retries
-        print(f"warning: could not ingest into {uri} ({e}); records kept, run `make ingest`", file=sys.stderr)
-    print_sweep_summary(root / "runs", sweep_id)
-    print("Browse the results: make portal  (then open http://127.0.0.1:8501)")
+            raise UsageError(f"no earlier run of sweep {sw.name!r} under {runs_root} to rerun")
+        cells_file = results / "sweeps" / safe(sweep_id) / "cells.json"
+        cells = (json.loads(cells_file.read_text()) if cells_file.exists()  # else: a sweep from before cells.json
+                 else plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site, default_device), _ranks(site)))
+        done = existing_records(runs_root, sweep_id)
+        todo = [i for i, c in enumerate(cells)
+                if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
+    else:
+        sweep_id = f"{sw.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site, default_device), _ranks(site))
+        todo = list(range(len(cells)))
+    print(f"sweep {sweep_id}: {len(cells) // sw.repeats} configurations x {sw.repeats} repeats, "
+          f"interleaved; {len(todo)} to run")
+    python = site.python if site else sys.executable
+    launch(backend, SweepPlan(sweep_id, cells, todo, results, rerun=rerun_failed, python=python),
+           dry_run=dry_run, wait=wait)
+    if backend.name == "local" and not dry_run:
+        print("Browse the results: make portal  (then open http://127.0.0.1:8501)")
     return 0
+
+
+def _device(site, default_device) -> str:
+    if site is None or site.scheduler == "local":
+        return default_device()
+    return "cuda" if site.gpus_per_node else "cpu"
+
+
+def _ranks(site) -> int:
+    return site.ranks if site is not None and site.scheduler != "local" else 1

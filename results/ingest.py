@@ -109,6 +109,7 @@ def _sweep_parent(client, exp_id: str, sweep: str) -> str:
 def _tags(rec: dict[str, Any]) -> dict[str, str]:
     cfg, env, st = rec["config"], rec["env"], rec["status"]
     slurm = env.get("slurm", {})
+    sched = env.get("scheduler", {})  # neutral keys (records from before them have none)
     tags = {
         "run_id": cfg["run_id"], "variant": cfg["variant"], "workload": cfg["workload"],
         "size": cfg["size"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
@@ -119,6 +120,8 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
         "slurm_array_job_id": slurm.get("SLURM_ARRAY_JOB_ID", ""),
         "slurm_array_task_id": slurm.get("SLURM_ARRAY_TASK_ID", ""),
         "slurm_nodelist": slurm.get("SLURM_JOB_NODELIST", ""),
+        "scheduler": sched.get("name", ""), "job_id": sched.get("job_id", ""),
+        "array_task_id": sched.get("array_task_id", ""),
         "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"], "kind": "run",
         "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
     }
@@ -247,7 +250,7 @@ def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, lis
     client = client or _client(tracking_uri)
     known = known_runs(client, experiment_id(client), tracking_uri)
     out: dict[str, list[str]] = {"added": [], "present": [], "in progress": [], "broken": []}
-    for d in sorted(p for p in Path(runs_root).glob("*") if p.is_dir()):
+    for d in schema.record_dirs(runs_root):
         try:
             out[ingest_run(d, tracking_uri, client, known=known)].append(d.name)
         except schema.RecordError as e:

@@ -18,11 +18,9 @@ GROUP = ["workload", "size", "device"]
 def records_frame(runs_root: Path) -> pd.DataFrame:
     """The same columns as load_runs(), read straight from the record folders (no MLflow)."""
     rows = []
-    for d in sorted(p for p in Path(runs_root).glob("*") if p.is_dir()):
-        try:
-            rec = schema.read_record(d)
-        except schema.RecordError as e:
-            rows.append({"run_id": d.name, "status": "broken", "reason": str(e), "record_dir": str(d)})
+    for d, rec, problem in schema.scan_records(runs_root):
+        if rec is None:
+            rows.append({"run_id": d.name, "status": "broken", "reason": problem, "record_dir": str(d)})
             continue
         cfg = rec["config"]
         row = {"run_id": cfg["run_id"], "variant": cfg["variant"], "workload": cfg["workload"],

@@ -51,6 +51,21 @@ def read_record(run_dir: Path, *, with_metrics: bool = False) -> dict[str, Any]:
     return rec
 
 
+def record_dirs(runs_root: Path, pattern: str = "*") -> list[Path]:
+    """The run folders under runs_root (matching a glob pattern), sorted by name."""
+    return sorted(p for p in Path(runs_root).glob(pattern) if p.is_dir())
+
+
+def scan_records(runs_root: Path, pattern: str = "*"):
+    """(folder, record, problem) per run folder: record None and the RecordError's message
+    when the folder is unreadable. The one walk over the records (reports, resume, checks)."""
+    for d in record_dirs(runs_root, pattern):
+        try:
+            yield d, read_record(d), ""
+        except RecordError as e:
+            yield d, None, str(e)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """metrics.jsonl lines; a torn last line (killed mid-write) is ignored."""
     out = []

@@ -17,8 +17,10 @@ SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
 
 @dataclass(frozen=True)
 class Site:
-    partition: str
-    """Slurm partition (-p); checked against `sinfo` before anything is submitted."""
+    scheduler: str = "slurm"
+    """Which scheduler runs the jobs: slurm or local (harness/launch/schedulers.py)."""
+    partition: str = ""
+    """Slurm partition (-p); checked against `sinfo` before anything is submitted. Required for slurm."""
     account: str = ""
     """Slurm account (-A); empty: none."""
     time: str = "00:30:00"
@@ -53,13 +55,15 @@ class Site:
     """Minimum seconds between squeue/sacct polls when waiting (schedulers throttle heavy pollers)."""
     extra_sbatch: list[str] = field(default_factory=list)
     """More #SBATCH options, verbatim (e.g. --constraint=a100, --exclusive)."""
+    path: str = field(default="", compare=False)
+    """The file this site was read from (set by load; not a key of the file)."""
 
     @property
     def ranks(self) -> int:
         return self.nodes * self.ntasks_per_node
 
 
-_TYPES = {f.name: f.type for f in fields(Site)}
+_TYPES = {f.name: f.type for f in fields(Site) if f.name != "path"}
 
 
 def _line(text: str, key: str) -> int:
@@ -84,12 +88,13 @@ def load(name_or_path: str) -> Site:
         want = _TYPES[key]
         if not has_type(value, want):
             raise UsageError(f"{where}: expected {want}; got {value!r}")
-    if "partition" not in d:
+    if d.get("scheduler", "slurm") == "slurm" and "partition" not in d:
         raise UsageError(f"{path}: partition is required")
-    site = Site(**d)
+    site = Site(**d, path=str(path))
     if not site.python:
         import sys
         site = dataclasses.replace(site, python=sys.executable)
+    # the scheduler's name is checked where schedulers are registered (harness/launch/schedulers.py)
     if site.launcher not in ("srun", "mpiexec"):
         raise UsageError(f"{path}:{_line(text, 'launcher')}: launcher: must be srun or mpiexec; got {site.launcher!r}")
     if site.nodes < 1 or site.ntasks_per_node < 1:

@@ -1,5 +1,6 @@
-"""`python -m harness submit SWEEP [--site SITE] [--dry-run] [--rerun-failed] [--wait]`
-(make submit): a sweep as Slurm jobs.
+"""The `slurm` scheduler (harness/launch/backend.py): `python -m harness submit SWEEP --site
+SITE [--dry-run] [--rerun-failed] [--wait]` (make submit) with a site file whose scheduler is
+slurm runs a sweep as Slurm jobs.
 
   phase 1  job array: the baseline cells (one task per cell)
   phase 2  job array: every other cell, --dependency=afterany on phase 1, so each finds its
@@ -7,7 +8,7 @@
   ingest   one job, --dependency=afterany on all arrays: ingests every record into MLflow
            (failed and killed ones too) and prints the sweep summary
 
-Arrays longer than the cluster's MaxArraySize are split (task id + HARNESS_CELL_OFFSET = cell).
+Arrays longer than the cluster's MaxArraySize are split (cell = array task id + the array's offset).
 Every task execs the harness (or srun for multi-rank cells), so --signal=B:TERM@N reaches the
 run: a time limit or scancel leaves a `killed` record with the samples so far.
 A rejected submission cancels whatever this call already submitted, then exits 2 with
@@ -16,35 +17,19 @@ Slurm's own message.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from harness import sweep as sweep_mod
-from harness.config import RunConfig, UsageError
+from harness.errors import UsageError
+from harness.launch.backend import Job, SubmitError, SweepPlan, safe
 from harness.launch.site import Site
 from results.paths import REPO_ROOT
 
-CELLS = "cells.json"
 
-
-# -- planning -------------------------------------------------------------------------------------
-def plan_cells(sw: sweep_mod.Sweep, site: Site) -> list[dict]:
-    """Every (label, config) of the sweep with its baseline's variant (for the gate lookup)."""
-    device = "cuda" if site.gpus_per_node else "cpu"
-    cells, baseline_of = [], {}
-    for label, cfg in sweep_mod.plan(sw, device):
-        cfg = dataclasses.replace(cfg, ranks=site.ranks)
-        key = (cfg.workload, cfg.size)
-        if label == "baseline":
-            baseline_of[key] = cfg.variant_hash()
-        cells.append({"label": label, "config": cfg.to_dict(), "baseline_variant": baseline_of.get(key, "")})
-    return cells
-
-
+# -- arrays -----------------------------------------------------------------------------------------
 def chunks(indices: list[int], max_array: int) -> list[tuple[int, list[int]]]:
     """(offset, array task ids) groups with every task id < max_array (Slurm's MaxArraySize)."""
     groups: dict[int, list[int]] = {}
@@ -90,14 +75,13 @@ def _header(site: Site, job_name: str, output: str, extra: list[str]) -> list[st
     return ["#!/bin/bash", *(f"#SBATCH {x}" for x in d)]
 
 
-def render_array(site: Site, sweep_id: str, results: Path, cells_file: Path, offset: int, ids: list[int],
-                 script_path: Path) -> str:
-    logs = results / "slurm" / _safe(sweep_id)
-    run = f"{site.python} -m harness cell {shlex.quote(str(cells_file))} $((SLURM_ARRAY_TASK_ID + {offset}))"
+def render_array(site: Site, plan: SweepPlan, offset: int, ids: list[int], script_path: Path) -> str:
+    results, sweep_id, logs = plan.results, plan.sweep_id, plan.logs
+    run = plan.cell_command(f"$((SLURM_ARRAY_TASK_ID + {offset}))")
     if site.ranks > 1:  # srun/mpiexec forward SIGTERM to the ranks
         run = (f"srun --mpi=pmi2 --kill-on-bad-exit=0 {run}" if site.launcher == "srun"
                else f"mpiexec -n {site.ranks} {run}")
-    lines = _header(site, f"harness-{_safe(sweep_id)}", f"{logs}/%A_%a.out",
+    lines = _header(site, f"harness-{safe(sweep_id)}", f"{logs}/%A_%a.out",
                     [f"--array={array_spec(ids)}", f"--signal=B:TERM@{site.signal_seconds}"])
     lines += ["set -eo pipefail", *site.setup, f"cd {shlex.quote(str(REPO_ROOT))}", *_env_lines(site, results),
               f"export HARNESS_SLURM_SCRIPT={shlex.quote(str(script_path))}",
@@ -105,18 +89,12 @@ def render_array(site: Site, sweep_id: str, results: Path, cells_file: Path, off
     return "\n".join(lines)
 
 
-def render_ingest(site: Site, sweep_id: str, results: Path) -> str:
-    logs = results / "slurm" / _safe(sweep_id)
+def render_ingest(site: Site, plan: SweepPlan) -> str:
     lines = _header(dataclasses.replace(site, nodes=1, ntasks_per_node=1, gpus_per_node=0),
-                    f"harness-ingest-{_safe(sweep_id)}", f"{logs}/ingest-%j.out", [])
-    lines += ["set -eo pipefail", *site.setup, f"cd {shlex.quote(str(REPO_ROOT))}", *_env_lines(site, results),
-              f"{site.python} -m results ingest",
-              f"{site.python} -m results summary --sweep {shlex.quote(sweep_id)}", ""]
+                    f"harness-ingest-{safe(plan.sweep_id)}", f"{plan.logs}/ingest-%j.out", [])
+    lines += ["set -eo pipefail", *site.setup, f"cd {shlex.quote(str(REPO_ROOT))}",
+              *_env_lines(site, plan.results), *plan.ingest_commands(), ""]
     return "\n".join(lines)
-
-
-def _safe(sweep_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in sweep_id)
 
 
 # -- talking to Slurm -----------------------------------------------------------------------------
@@ -145,11 +123,15 @@ class Slurm:
                 return int(line.split("=", 1)[1])
         return 1001  # Slurm's default
 
-    def sbatch(self, script: Path, dependency: list[str] | None = None) -> str:
+    @staticmethod
+    def sbatch_args(script: Path, dependency: list[str] | None = None) -> list[str]:
         cmd = ["sbatch", "--parsable"]
         if dependency:
             cmd.append("--dependency=afterany:" + ":".join(dependency))
-        out = subprocess.run([*cmd, str(script)], capture_output=True, text=True)
+        return [*cmd, str(script)]
+
+    def sbatch(self, script: Path, dependency: list[str] | None = None) -> str:
+        out = subprocess.run(self.sbatch_args(script, dependency), capture_output=True, text=True)
         if out.returncode:
             msg = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
             raise SubmitError(f"sbatch rejected {script.name}: {msg}")
@@ -168,79 +150,57 @@ class Slurm:
         return set(out.stdout.split()) & set(job_ids)
 
 
-class SubmitError(UsageError):
-    pass
+class SlurmBackend:
+    """Two job arrays and an ingest job per submission:
 
+      phase 1  the baseline cells (one array task per cell)
+      phase 2  every other cell, --dependency=afterany on phase 1, so each finds its repeat's
+               baseline record for the correctness gate, as in a local sweep
+      ingest   --dependency=afterany on all arrays: ingests every record (failed and killed
+               ones too) and prints the sweep summary
+    """
 
-# -- the command ----------------------------------------------------------------------------------
-def submit(sweep_file: Path, site: Site, dry_run: bool = False, rerun_failed: bool = False,
-           wait: bool = False, repeats: int = 0) -> int:
-    sw = sweep_mod.load(sweep_file)
-    if repeats:
-        sw = dataclasses.replace(sw, repeats=repeats)
-    results = Path(site.results_dir or REPO_ROOT / "results").expanduser()
-    runs_root = results / "runs"
-    if rerun_failed:
-        sweep_id = sweep_mod.latest_instance(runs_root, sw.name)
-        if not sweep_id:
-            raise UsageError(f"no earlier run of sweep {sw.name!r} under {runs_root} to rerun")
-        sweep_dir = results / "sweeps" / _safe(sweep_id)
-        cells = json.loads((sweep_dir / CELLS).read_text())
-        done = sweep_mod.existing_records(runs_root, sweep_id)
-        todo = [i for i, c in enumerate(cells) if done.get(
-            (RunConfig.from_dict(c["config"]).variant_hash(), c["config"]["repeat"]), ("",))[0] not in sweep_mod.DONE]
-    else:
-        sweep_id = f"{sw.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-        cells = plan_cells(dataclasses.replace(sw, name=sweep_id), site)
-        todo = list(range(len(cells)))
-        sweep_dir = results / "sweeps" / _safe(sweep_id)
-    slurm = None if dry_run else Slurm(site.poll_seconds)
-    if slurm:
-        slurm.check_partition(site.partition)
-    max_array = site.max_array_size or (slurm.max_array_size() if slurm else 1001)
-    phases = [[i for i in todo if cells[i]["label"] == "baseline"], [i for i in todo if cells[i]["label"] != "baseline"]]
+    name = "slurm"
 
-    scripts: list[tuple[int, Path, str]] = []  # (phase, path, text)
-    for phase, idx in enumerate(phases):
-        for off, ids in chunks(idx, max_array):
-            path = sweep_dir / f"array-p{phase + 1}-o{off}{'-rerun' if rerun_failed else ''}.sbatch"
-            scripts.append((phase, path, render_array(site, sweep_id, results, sweep_dir / CELLS, off, ids, path)))
-    ingest_path = sweep_dir / f"ingest{'-rerun' if rerun_failed else ''}.sbatch"
-    ingest_text = render_ingest(site, sweep_id, results)
-    if dry_run:
-        for _, path, text in [*scripts, (None, ingest_path, ingest_text)]:
-            print(f"# ---- {path}\n{text}")
-        print(f"# dry run: {len(todo)} cells in {len(scripts)} array job(s) + 1 ingest job; nothing submitted")
-        return 0
-    if not todo:
-        print(f"sweep {sweep_id}: every cell already has a finished record; nothing to submit")
-        return 0
+    def __init__(self, site: Site):
+        if not site.partition:
+            raise UsageError("scheduler slurm needs a partition in the site file")
+        self.site = site
+        self.client: Slurm | None = None  # made by check(): a dry run needs no Slurm
 
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    (results / "slurm" / _safe(sweep_id)).mkdir(parents=True, exist_ok=True)
-    if not rerun_failed:
-        (sweep_dir / CELLS).write_text(json.dumps(cells, indent=1))
-    submitted: list[str] = []
-    try:
-        phase1: list[str] = []
-        for phase, path, text in scripts:
-            path.write_text(text)
-            job = slurm.sbatch(path, phase1 if phase == 1 else None)
-            submitted.append(job)
+    def check(self) -> None:
+        self.client = Slurm(self.site.poll_seconds)
+        self.client.check_partition(self.site.partition)
+
+    def render(self, plan: SweepPlan) -> list[Job]:
+        max_array = self.site.max_array_size or (self.client.max_array_size() if self.client else 1001)
+        phases = [[i for i in plan.todo if plan.cells[i]["label"] == "baseline"],
+                  [i for i in plan.todo if plan.cells[i]["label"] != "baseline"]]
+        jobs: list[Job] = []
+        phase1: tuple[str, ...] = ()
+        for phase, idx in enumerate(phases):
+            for off, ids in chunks(idx, max_array):
+                name = f"array-p{phase + 1}-o{off}{plan.suffix()}"
+                path = plan.dir / f"{name}.sbatch"
+                jobs.append(Job(name, render_array(self.site, plan, off, ids, path), path,
+                                tuple(off + i for i in ids), phase1 if phase == 1 else ()))
             if phase == 0:
-                phase1.append(job)
-        ingest_path.write_text(ingest_text)
-        ingest_job = slurm.sbatch(ingest_path, list(submitted))
-        submitted.append(ingest_job)
-    except SubmitError:
-        slurm.cancel(submitted)  # nothing half-submitted left behind
-        raise
-    (sweep_dir / "jobs.json").write_text(json.dumps({"arrays": submitted[:-1], "ingest": ingest_job}))
-    print(f"sweep {sweep_id}: {len(todo)} cells as job(s) {', '.join(submitted[:-1])}; "
-          f"ingest + summary job {ingest_job} (output under {results / 'slurm' / _safe(sweep_id)})")
-    if wait:
-        while slurm.active(submitted):
-            pass
-        for out in sorted((results / "slurm" / _safe(sweep_id)).glob(f"ingest-{ingest_job}.out")):
-            print(out.read_text())
-    return 0
+                phase1 = tuple(j.name for j in jobs)
+        name = f"ingest{plan.suffix()}"
+        jobs.append(Job(name, render_ingest(self.site, plan), plan.dir / f"{name}.sbatch", (),
+                        tuple(j.name for j in jobs)))
+        plan.logs.mkdir(parents=True, exist_ok=True) if self.client else None
+        return jobs
+
+    def submit_command(self, job: Job, after: list[str]) -> str:
+        return shlex.join(Slurm.sbatch_args(job.path, after))
+
+    def submit(self, job: Job, after: list[str]) -> str:
+        return self.client.sbatch(job.path, after)
+
+    def poll(self, ids: list[str]) -> set[str]:
+        return self.client.active(ids)
+
+    def cancel(self, ids: list[str]) -> None:
+        if self.client:
+            self.client.cancel(ids)

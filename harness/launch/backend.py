@@ -1,0 +1,165 @@
+"""One launcher protocol for every scheduler (ReFrame's scheduler registry: each backend
+renders, submits, polls and cancels; the site file names which one).
+
+A sweep is planned once (harness/sweep.py) into cells; `launch` writes them to
+results/sweeps/<sweep id>/cells.json, asks the backend to render jobs for the cells still to
+run, and submits the jobs in order with their dependencies:
+
+  every cell runs `python -m harness cell cells.json I`, which finds its repeat's baseline
+  record for the correctness gate, so a non-baseline cell's job waits for its baseline's job;
+  one ingest job waits for all of them: it ingests every record and prints the sweep summary.
+
+Backends: `local` (this machine, one cell after another in interleaved order;
+harness/launch/local.py) and `slurm` (job arrays and sbatch dependencies; harness/launch/slurm.py),
+registered by name in harness/launch/schedulers.py.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from harness.errors import UsageError
+
+CELLS = "cells.json"
+JOBS = "jobs.json"
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    """Unique within a submission; also the script's file name stem."""
+    script: str
+    """What runs: a batch script (Slurm) or a shell command line (local)."""
+    path: Path
+    """Where the script is written before it is submitted."""
+    cells: tuple[int, ...] = ()
+    """Cell indices the job runs (none for the ingest job)."""
+    after: tuple[str, ...] = ()
+    """Names of earlier jobs it starts after, whatever their outcome (Slurm's afterany)."""
+
+
+@dataclass
+class SweepPlan:
+    sweep_id: str
+    cells: list[dict]
+    """{"label", "config" (RunConfig dict), "baseline_variant"} per cell, in interleaved order."""
+    todo: list[int]
+    """Cells to run now (all of them, or the unfinished ones on --rerun-failed)."""
+    results: Path
+    rerun: bool = False
+    python: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    """HARNESS_* and MLFLOW_* variables every job gets."""
+
+    @property
+    def dir(self) -> Path:
+        return self.results / "sweeps" / safe(self.sweep_id)
+
+    @property
+    def cells_file(self) -> Path:
+        return self.dir / CELLS
+
+    @property
+    def logs(self) -> Path:
+        return self.results / "slurm" / safe(self.sweep_id)
+
+    def suffix(self) -> str:
+        return "-rerun" if self.rerun else ""
+
+    def cell_command(self, index: str) -> str:
+        return f"{self.python} -m harness cell {shlex.quote(str(self.cells_file))} {index}"
+
+    def ingest_commands(self) -> list[str]:
+        return [f"{self.python} -m results ingest",
+                f"{self.python} -m results summary --sweep {shlex.quote(self.sweep_id)}"]
+
+    def baseline_cell(self, i: int) -> int | None:
+        """Index of the cell whose record cell i's correctness gate reads, if it is planned."""
+        c = self.cells[i]
+        if c["label"] == "baseline":
+            return None
+        cfg = c["config"]
+        for j, b in enumerate(self.cells):
+            bc = b["config"]
+            if b["label"] == "baseline" and (bc["workload"], bc["size"], bc["repeat"]) == \
+                    (cfg["workload"], cfg["size"], cfg["repeat"]):
+                return j
+        return None
+
+
+class SubmitError(UsageError):
+    """The scheduler refused a job: what was already submitted is cancelled, exit 2."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def check(self) -> None:
+        """Can the scheduler take jobs (its commands found, the partition there)? Called before
+        anything is written or submitted; not in a dry run. UsageError if not."""
+
+    def render(self, plan: SweepPlan) -> list[Job]:
+        """Jobs for plan.todo, each after the jobs it depends on, in submission order; the
+        ingest job last."""
+
+    def submit_command(self, job: Job, after: list[str]) -> str:
+        """The command `submit` runs, as a shell line (printed by --dry-run)."""
+
+    def submit(self, job: Job, after: list[str]) -> str:
+        """Start the job once the jobs with these scheduler ids have ended; its scheduler id."""
+
+    def poll(self, ids: list[str]) -> set[str]:
+        """The ids among these that have not ended yet."""
+
+    def cancel(self, ids: list[str]) -> None:
+        """Stop these jobs (ended ones are ignored)."""
+
+
+def safe(sweep_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in sweep_id)
+
+
+def launch(backend: Backend, plan: SweepPlan, dry_run: bool = False, wait: bool = False) -> int:
+    """Render, then submit every job with its dependencies (or print them: dry run). A refused
+    submission cancels what this call submitted and raises SubmitError."""
+    if not dry_run:
+        backend.check()
+    jobs = backend.render(plan)
+    if dry_run:
+        ids = {j.name: f"<{j.name}>" for j in jobs}
+        for j in jobs:
+            print(f"# ---- {j.path}\n{j.script}")
+        print("# submit commands, in order (<name> stands for that job's id):")
+        for j in jobs:
+            print(backend.submit_command(j, [ids[a] for a in j.after]))
+        print(f"# dry run: {len(plan.todo)} cells in {len(jobs) - 1} job(s) + 1 ingest job; nothing submitted")
+        return 0
+    if not plan.todo:
+        print(f"sweep {plan.sweep_id}: every cell already has a finished record; nothing to submit")
+        return 0
+    plan.dir.mkdir(parents=True, exist_ok=True)
+    if not plan.rerun:
+        plan.cells_file.write_text(json.dumps(plan.cells, indent=1))
+    ids: dict[str, str] = {}
+    try:
+        for j in jobs:
+            j.path.write_text(j.script)
+            ids[j.name] = backend.submit(j, [ids[a] for a in j.after])
+    except SubmitError:
+        backend.cancel(list(ids.values()))  # nothing half-submitted left behind
+        raise
+    ingest = jobs[-1].name
+    (plan.dir / JOBS).write_text(json.dumps({"scheduler": backend.name, "arrays": [ids[j.name] for j in jobs[:-1]],
+                                             "ingest": ids[ingest]}))
+    if backend.name != "local":  # the local backend ran everything inside submit, with its own output
+        print(f"sweep {plan.sweep_id}: {len(plan.todo)} cells as job(s) {', '.join(ids[j.name] for j in jobs[:-1])}; "
+              f"ingest + summary job {ids[ingest]} (output under {plan.logs})")
+    if wait:
+        while backend.poll(list(ids.values())):
+            pass
+        for out in sorted(plan.logs.glob(f"ingest-{ids[ingest]}.out")):
+            print(out.read_text())
+    return 0

@@ -1,0 +1,156 @@
+"""The `local` scheduler: every cell on this machine, one process after another, in the sweep's
+interleaved order (A B C ... A B C ...: drift hits every configuration alike), with a progress
+bar. `submit` runs a job to its end before it returns, so a job's dependencies have always
+ended when it starts, `poll` finds nothing running and `cancel` has nothing to stop.
+
+Each cell is its own process (clean memory, no compile cache shared between configurations);
+one failing or unsupported cell never stops the sweep. A hung cell is stopped after
+RUN_TIMEOUT_S with SIGTERM (its run writes a `killed` record); a process that dies without
+closing its record gets it closed as `failed` here.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.launch.backend import Job, SweepPlan
+from results import schema
+from results.paths import results_root
+
+RUN_TIMEOUT_S = 1800  # one configuration; a hung run is killed and recorded by its own handler
+_RESULT = re.compile(r"^(\w+): (\S+) \((.+?)\)")  # the last line `harness cell` prints
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, site=None):
+        self.site = site
+        self._plan: SweepPlan | None = None
+        self._bar = None
+        self.statuses: list[str] = []
+
+    # -- the protocol ------------------------------------------------------------------------
+    def check(self) -> None:
+        pass
+
+    def render(self, plan: SweepPlan) -> list[Job]:
+        self._plan = plan
+        jobs, names = [], {}
+        for i in plan.todo:
+            b = plan.baseline_cell(i)
+            after = (names[b],) if b in names else ()  # a baseline finished earlier needs no wait
+            names[i] = f"cell-{i}"
+            jobs.append(Job(names[i], plan.cell_command(str(i)), plan.dir / f"cell-{i}{plan.suffix()}.sh", (i,), after))
+        jobs.append(Job("ingest", "\n".join(plan.ingest_commands()), plan.dir / f"ingest{plan.suffix()}.sh",
+                        (), tuple(names.values())))
+        return jobs
+
+    def submit_command(self, job: Job, after: list[str]) -> str:
+        wait = f"  # after {', '.join(after)}" if after else ""
+        return f"bash {job.path}{wait}"
+
+    def submit(self, job: Job, after: list[str]) -> str:
+        if job.cells:
+            self._run_cell(job.cells[0])
+        else:
+            self._close_bar()
+            self._ingest_and_summarize()
+        return f"local:{job.name}"
+
+    def poll(self, ids: list[str]) -> set[str]:
+        return set()
+
+    def cancel(self, ids: list[str]) -> None:
+        pass
+
+    # -- running ------------------------------------------------------------------------------
+    def _progress(self):
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[cell]}"))
+            self._bar.start()
+            self._task = self._bar.add_task("sweep", total=len(self._plan.todo), cell="")
+        return self._bar
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def _run_cell(self, i: int) -> None:
+        plan = self._plan
+        cell = plan.cells[i]
+        cfg = cell["config"]
+        bar = self._progress()
+        what = f"{cell['label']} r{cfg['repeat']}"
+        bar.update(self._task, cell=f"{cfg['workload']}/{cfg['size']} {what}")
+        env = {**os.environ, **plan.env, "HARNESS_SCHEDULER": self.name, "HARNESS_JOB_ID": f"{plan.sweep_id}#{i}"}
+        status = _run(plan.cell_command(str(i)), env, cell, bar.console, what)
+        self.statuses.append(status)
+        bar.advance(self._task)
+
+    def run_cells(self, plan: SweepPlan) -> list[str]:
+        """Only the cells, no ingest job (a time-to-train campaign scores its own runs)."""
+        import json
+        plan.dir.mkdir(parents=True, exist_ok=True)
+        plan.cells_file.write_text(json.dumps(plan.cells, indent=1))
+        for job in self.render(plan)[:-1]:
+            self.submit(job, [])
+        self._close_bar()
+        return self.statuses
+
+    def _ingest_and_summarize(self) -> None:
+        """The ingest job's two commands (`python -m results ingest`, `... summary`), in-process."""
+        from results.ingest import ingest_all
+        from results.report import print_sweep_summary
+        from results.tracking import default_tracking_uri
+        root = self._plan.results
+        uri = default_tracking_uri(root)
+        try:
+            res = ingest_all(root / "runs", uri)
+            print(f"ingested {len(res['added'])} new records into {uri}")
+        except Exception as e:  # noqa: BLE001 - records stay; `make ingest` retries
+            print(f"warning: could not ingest into {uri} ({e}); records kept, run `make ingest`", file=sys.stderr)
+        print_sweep_summary(root / "runs", self._plan.sweep_id)
+
+
+def _run(command: str, env: dict, cell: dict, console, what: str) -> str:
+    """One cell's process to its end; its record's status."""
+    proc = subprocess.Popen(command, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # SIGTERM first: the run writes its `killed` record
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        console.print(f"  {what}: timed out after {RUN_TIMEOUT_S}s")
+    m = _RESULT.match((out.strip().splitlines() or [""])[-1])
+    last_err = (err.strip().splitlines() or ["no output"])[-1]
+    if m is None or proc.returncode not in (0, 2):
+        console.print(f"  {what}: exit {proc.returncode}: {last_err}")
+    if m is None:  # the process died without finishing its record: close it as failed
+        how = f"signal {-proc.returncode}" if proc.returncode and proc.returncode < 0 else f"exit {proc.returncode}"
+        for d in _running_records(cell):
+            schema.finalize_orphan(d, f"run process died ({how}): {last_err}"[:500])
+        return schema.FAILED
+    return m.group(1)
+
+
+def _running_records(cell: dict) -> list[Path]:
+    """Records of this cell (variant, sweep, repeat) still marked running."""
+    out = []
+    for d, rec, _ in schema.scan_records(results_root() / "runs", f"{cell['config']['workload']}-"
+                                         f"{cell['config']['size']}-{cell['variant']}-*"):
+        if rec is not None and rec["status"]["status"] == schema.RUNNING and \
+                rec["config"].get("sweep") == cell["config"]["sweep"] and \
+                rec["config"].get("repeat") == cell["config"]["repeat"]:
+            out.append(d)
+    return out
