@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import UsageError  # noqa: F401  (re-exported: the config's error type)
+from results import schema
 from results import toggles as toggle_decl
 
 
@@ -114,9 +115,8 @@ class RunConfig:
         _choice("mode", self.mode, RUN_MODES)
         _choice("device", self.device, DEVICES)
         _choice("compile_mode", self.compile_mode, COMPILE_MODES)
-        for name in ("steps",):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.steps < 1:
+            raise UsageError(f"steps must be >= 1; got {self.steps}")
         if self.prefetch < -1:
             raise UsageError(f"prefetch must be >= -1 (-1 = auto); got {self.prefetch}")
         for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks", "profile_steps"):
@@ -133,13 +133,7 @@ class RunConfig:
 
     def flat(self) -> dict[str, Any]:
         """Flattened `toggles.x` keys, as logged to MLflow params and accepted by --set."""
-        out: dict[str, Any] = {}
-        for k, v in self.to_dict().items():
-            if isinstance(v, dict):
-                out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
-            else:
-                out[k] = v
-        return out
+        return schema.flatten(self.to_dict())
 
     def variant_hash(self) -> str:
         """Stable 10-hex id of what this run measures (labels excluded)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,13 +64,49 @@ def _reached(q: float, target: float, higher_is_better: bool) -> bool:
     return q >= target if higher_is_better else q <= target
 
 
+@dataclass
+class _Run:
+    """What the timed phase needs, set up inside init (off the clock)."""
+    cfg: RunConfig
+    workload: object
+    size: object
+    root: Path            # the dataset the loaders read (staged or not)
+    ts: TrainStep
+    local_batch: int
+    steps_per_epoch: int
+    dist: DistInfo
+
+
 def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     """Run one configuration, filling `rec` (steps, evals, info, MLLOG)."""
+    ml = rec.mllog
+    ml.event(K.CACHE_CLEAR, False)  # page cache is not dropped (needs privileges); said so honestly
+    ml.start(K.INIT_START)
+    run, loader = _init(cfg, workload, rec, dist)
+    ml.end(K.INIT_STOP)
+    run_start, run_start_pc = time.time(), now()
+    ml.start(K.RUN_START)
+    rec.info["run_start_ms"] = int(run_start * 1000)
+    status, converged, epoch = "aborted", False, 0
+    try:
+        converged, epoch = _steps(run, loader, rec, run_start, run_start_pc)
+        status = "success" if converged or cfg.mode == "throughput" else "aborted"  # throughput runs are not judged on convergence
+    finally:
+        loader.close()
+        run_stop = time.time()
+        ml.end(K.RUN_STOP, status=status)
+        rec.info.update(run_stop_ms=int(run_stop * 1000), train_time_s=run_stop - run_start,
+                        converged=converged, epochs=epoch)
+    _after_the_clock(cfg, workload, run.size, run.root, run.ts, run.local_batch, dist, rec)
+
+
+def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
+    """MLPerf's init phase: threads, submission keys, staging, model, optimizer, built step,
+    hyperparameters, train loader."""
     ml = rec.mllog
     size = workload.sizes[cfg.size]
     if cfg.device == "cuda":
         torch.cuda.set_device(dist.local_rank)
-    device = torch.device(cfg.device)
     threads = cfg.threads or dist_mod.cpu_threads()  # explicit, else split the node's cores among its ranks
     if threads:
         torch.set_num_threads(threads)
@@ -78,11 +115,7 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
     if global_batch % dist.world:
         raise ValueError(f"batch_size {global_batch} is not divisible by {dist.world} ranks")
     local_batch = global_batch // dist.world
-    source_root = data.dataset_root(cfg)
     nodes = dist_mod.node_count(dist)
-
-    ml.event(K.CACHE_CLEAR, False)  # page cache is not dropped (needs privileges); said so honestly
-    ml.start(K.INIT_START)
     for key, value in (("submission_benchmark", getattr(workload, "mlperf_benchmark", workload.name)),
                        ("submission_org", "mlperf-harness"), ("submission_division", "open"),
                        ("submission_status", "research"), ("submission_platform", cfg.device),
@@ -91,12 +124,12 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
                        ("seed", cfg.seed)):
         ml.event(key, value)
     _seed_everything(cfg.seed)
-    root = staging.prepare(cfg, dist, source_root, ml, rec.info)  # v3.0 rules: staging inside init
+    root = staging.prepare(cfg, dist, data.dataset_root(cfg), ml, rec.info)  # v3.0 rules: staging inside init
     n_train = workload.n_samples(root, "train", size)
     n_val = workload.n_samples(root, "val", size)
     target = workload.quality_target(size, root)
-    total = cfg.warmup_steps + cfg.steps
-    plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, total, dist.rank, dist.world)
+    plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, cfg.warmup_steps + cfg.steps,
+                                            dist.rank, dist.world)
     model = workload.build_model(size)
     opt, sched = workload.build_optimizer(model, size, global_batch, steps_per_epoch)
     ts = build(cfg, workload, model, opt, sched, world=dist.world)
@@ -112,58 +145,49 @@ def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
                     quality_metric=workload.quality_metric, quality_target=target,
                     higher_is_better=workload.higher_is_better)
     loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
-    ml.end(K.INIT_STOP)
+    return _Run(cfg, workload, size, root, ts, local_batch, steps_per_epoch, dist), loader
 
-    run_start, run_start_pc = time.time(), now()
-    ml.start(K.RUN_START)
-    rec.info["run_start_ms"] = int(run_start * 1000)
-    eval_every = cfg.eval_every or steps_per_epoch
-    status, converged, epoch, epoch_open = "aborted", False, 0, False
-    try:
-        for i in range(total):
-            if not epoch_open:
-                epoch += 1
-                ml.start(K.EPOCH_START, epoch_num=epoch)
-                epoch_open = True
-            t0 = now()
-            x, y = next(loader)
-            t1 = now()
-            loss = ts(*ts.prepare(x, y))
-            sync(device)  # device sync point: the step is finished before the clock is read
-            t2 = now()
-            # global-batch loss and every rank's times: one small all_gather, outside the timing
-            loss_v, rank_step, rank_data = dist_mod.step_stats(dist, float(loss), t2 - t0, t1 - t0)
-            phase = "warmup" if i < cfg.warmup_steps else "steady"
-            row = dict(step=i, phase=phase, t=t2 - run_start_pc, loss=loss_v,
-                       step_s=max(rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
-            if dist.world > 1:
-                row.update(rank_step_s=rank_step, rank_data_s=rank_data)
-            rec.log_step(**row)
-            if not math.isfinite(loss_v):
-                raise Diverged(f"loss is {loss_v} at step {i}")
-            done = i + 1
-            if done % steps_per_epoch == 0:
-                ml.end(K.EPOCH_STOP, epoch_num=epoch)
-                epoch_open = False
-            if cfg.mode == "ttt" and (done % eval_every == 0 or done == total):
-                converged = _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch, done)
-                if converged or (cfg.max_seconds and time.time() - run_start > cfg.max_seconds):
-                    break
-        if epoch_open:
+
+def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tuple[bool, int]:
+    """Warm-up and timed steps, epochs and evaluations; (converged, epochs)."""
+    cfg, dist, ml, ts = run.cfg, run.dist, rec.mllog, run.ts
+    device = torch.device(cfg.device)
+    total = cfg.warmup_steps + cfg.steps
+    eval_every = cfg.eval_every or run.steps_per_epoch
+    converged, epoch, epoch_open = False, 0, False
+    for i in range(total):
+        if not epoch_open:
+            epoch += 1
+            ml.start(K.EPOCH_START, epoch_num=epoch)
+            epoch_open = True
+        t0 = now()
+        x, y = next(loader)
+        t1 = now()
+        loss = ts(*ts.prepare(x, y))
+        sync(device)  # device sync point: the step is finished before the clock is read
+        t2 = now()
+        # global-batch loss and every rank's times: one small all_gather, outside the timing
+        loss_v, rank_step, rank_data = dist_mod.step_stats(dist, float(loss), t2 - t0, t1 - t0)
+        row = dict(step=i, phase="warmup" if i < cfg.warmup_steps else "steady", t=t2 - run_start_pc, loss=loss_v,
+                   step_s=max(rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
+        if dist.world > 1:
+            row.update(rank_step_s=rank_step, rank_data_s=rank_data)
+        rec.log_step(**row)
+        if not math.isfinite(loss_v):
+            raise Diverged(f"loss is {loss_v} at step {i}")
+        done = i + 1
+        if done % run.steps_per_epoch == 0:
             ml.end(K.EPOCH_STOP, epoch_num=epoch)
             epoch_open = False
-        if cfg.mode == "throughput":
-            converged = _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch, total)
-            status = "success"  # throughput runs are not judged on convergence
-        else:
-            status = "success" if converged else "aborted"
-    finally:
-        loader.close()
-        run_stop = time.time()
-        ml.end(K.RUN_STOP, status=status)
-        rec.info.update(run_stop_ms=int(run_stop * 1000), train_time_s=run_stop - run_start,
-                        converged=converged, epochs=epoch)
-    _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec)
+        if cfg.mode == "ttt" and (done % eval_every == 0 or done == total):
+            converged = _eval(run, rec, epoch, done)
+            if converged or (cfg.max_seconds and time.time() - run_start > cfg.max_seconds):
+                break
+    if epoch_open:
+        ml.end(K.EPOCH_STOP, epoch_num=epoch)
+    if cfg.mode == "throughput":
+        converged = _eval(run, rec, epoch, total)
+    return converged, epoch
 
 
 def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> None:
@@ -182,11 +206,12 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
     rec.info.update(peak.for_run(cfg.device, ts.dtype))
 
 
-def _eval(ts, cfg, workload, size, root, local_batch, dist, rec, ml, epoch_num, step) -> bool:
+def _eval(run: _Run, rec, epoch_num: int, step: int) -> bool:
+    ml, wl = rec.mllog, run.workload
     t0 = time.time()
     ml.start(K.EVAL_START, epoch_num=epoch_num)
-    q = evaluate(ts, cfg, workload, size, root, local_batch, dist)
+    q = evaluate(run.ts, run.cfg, wl, run.size, run.root, run.local_batch, run.dist)
     ml.end(K.EVAL_STOP, epoch_num=epoch_num)
-    ml.event(getattr(workload, "mlperf_quality_key", "eval_accuracy"), q, epoch_num=epoch_num)
+    ml.event(getattr(wl, "mlperf_quality_key", "eval_accuracy"), q, epoch_num=epoch_num)
     rec.log_eval(step=step, epoch=epoch_num, quality=q, eval_s=time.time() - t0)
-    return _reached(q, rec.info["quality_target"], workload.higher_is_better)
+    return _reached(q, rec.info["quality_target"], wl.higher_is_better)

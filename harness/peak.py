@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from harness.timing import sync
+from results import schema
 
 # Dense (no sparsity) TFLOP/s per GPU from NVIDIA's datasheets (SXM parts).
 VENDOR_TFLOPS = {
@@ -66,9 +67,7 @@ def measured_peak(device: str, dtype: str) -> float:
         cache[key] = measure(device, dtype)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(cache, indent=1))
-            tmp.replace(path)
+            schema.write_json(path, cache)
         except OSError:
             pass  # an unwritable cache only costs a re-measurement
     return cache[key]
@@ -88,8 +87,8 @@ def vendor_peak(device: str, dtype: str) -> float | None:
 
 def for_run(device: str, dtype: str) -> dict:
     """Peaks for the run's device and compute dtype (TrainStep.dtype), per device (FLOP/s)."""
-    out = {"peak_dtype": dtype, "peak_flops_measured": measured_peak(device, dtype)}
+    out = {"peak_dtype": dtype, "peak_flop_per_s_measured": measured_peak(device, dtype)}
     vendor = vendor_peak(device, dtype)
     if vendor:
-        out["peak_flops_vendor"] = vendor
+        out["peak_flop_per_s_vendor"] = vendor
     return out

@@ -19,12 +19,6 @@ from harness.mlperf_log import MLLog, NullMLLog
 from results import schema, scoring, stats
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)  # atomic: readers never see half a file
-
-
 def make_run_id(cfg: RunConfig) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     # pid + random suffix: unique across processes and across runs in one process and second
@@ -37,11 +31,11 @@ class RunRecord:
         self.dir = Path(runs_root) / self.run_id
         self.dir.mkdir(parents=True, exist_ok=False)
         self.started = time.time()
-        _write_json(self.dir / schema.CONFIG, {**cfg.to_dict(), "run_id": self.run_id,
+        schema.write_json(self.dir / schema.CONFIG, {**cfg.to_dict(), "run_id": self.run_id,
                                                "variant": cfg.variant_hash(),
                                                "record_version": schema.RECORD_VERSION})
-        _write_json(self.dir / schema.ENV, env)
-        _write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started,
+        schema.write_json(self.dir / schema.ENV, env)
+        schema.write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started,
                                                "pid": os.getpid(), "host": socket.gethostname()})
         self._metrics = open(self.dir / schema.METRICS, "a", buffering=1)
         self.mllog = MLLog(self.dir / schema.MLPERF_LOG)
@@ -88,7 +82,7 @@ class RunRecord:
         if self.evals:
             out["quality"] = self.evals[-1]["quality"]
         for cls, share in self.info.get("breakdown", {}).get("shares", {}).items():
-            out[f"share_{cls}"] = share
+            out[f"time_frac_{cls}"] = share  # fraction of the profiled step time
         return out
 
     def _mfu(self, samples_per_s: float) -> dict[str, float]:
@@ -97,7 +91,7 @@ class RunRecord:
         devices = self.info.get("world", 1) if self.info.get("device") == "cuda" else self.info.get("nodes", 1)
         out = {}
         for kind in ("measured", "vendor"):
-            peak = self.info.get(f"peak_flops_{kind}")
+            peak = self.info.get(f"peak_flop_per_s_{kind}")
             if peak:
                 out[f"mfu_{kind}_pct"] = scoring.mfu_pct(self.info["flops_per_sample"], samples_per_s, peak * devices)
         return out
@@ -108,8 +102,8 @@ class RunRecord:
         self.finished = True
         self._metrics.close()
         self.mllog.close()
-        _write_json(self.dir / schema.SUMMARY, self.summary())
-        _write_json(self.dir / schema.STATUS, {"status": status, "reason": reason,
+        schema.write_json(self.dir / schema.SUMMARY, self.summary())
+        schema.write_json(self.dir / schema.STATUS, {"status": status, "reason": reason,
                                                "started": self.started, "ended": time.time()})
 
 

@@ -24,8 +24,8 @@ RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s 
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
-                   "mfu_measured_pct", "mfu_vendor_pct", "share_data_wait", "share_compute_bound",
-                   "share_memory_bound", "share_optimizer", "share_other", "converged")
+                   "mfu_measured_pct", "mfu_vendor_pct", "time_frac_data_wait", "time_frac_compute_bound",
+                   "time_frac_memory_bound", "time_frac_optimizer", "time_frac_other", "converged")
 
 
 _EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process
@@ -129,13 +129,7 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
 
 
 def _params(cfg: dict[str, Any]) -> dict[str, str]:
-    out = {}
-    for k, v in cfg.items():
-        if isinstance(v, dict):
-            out.update({f"{k}.{kk}": str(vv) for kk, vv in v.items()})
-        else:
-            out[k] = str(v)
-    return out
+    return {k: str(v) for k, v in schema.flatten(cfg).items()}
 
 
 @dataclass
@@ -150,17 +144,26 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | No
     """Ingest one finished record; returns 'added', 'present' or 'in progress'. A store that is
     briefly unreachable (a tracking server restarting) is retried with exponential backoff;
     the record itself is never changed, and a retry finishes or redoes a half-written run."""
-    attempts = attempts or int(os.environ.get("HARNESS_INGEST_ATTEMPTS", RETRIES))
-    for attempt in range(attempts):
+    attempts = max(1, attempts or _env_attempts())  # at least one try, whatever the setting says
+    attempt = 0
+    while True:
         try:  # a retry looks the run up afresh: the failed attempt may have left a half-written run
             return _ingest_once(run_dir, tracking_uri, client, known if attempt == 0 else None)
         except schema.RecordError:
             raise
         except Exception:  # noqa: BLE001 - connection refused, 5xx, "database is locked" ...
-            if attempt == attempts - 1:
+            attempt += 1
+            if attempt >= attempts:
                 raise
-            time.sleep(BACKOFF_S * 2 ** attempt)
-    raise AssertionError("unreachable")
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+
+
+def _env_attempts() -> int:
+    raw = os.environ.get("HARNESS_INGEST_ATTEMPTS", "")
+    try:
+        return int(raw) if raw else RETRIES
+    except ValueError:
+        raise ValueError(f"HARNESS_INGEST_ATTEMPTS must be an integer; got {raw!r}") from None
 
 
 def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | None = None) -> str:

@@ -40,12 +40,25 @@ def _json(path: Path) -> Any:
         raise RecordError(f"{path.parent.name}: unreadable {path.name} ({e})") from None
 
 
+# Summary keys renamed to carry their unit; records written before the rename are read with
+# the new names, so every reader sees one spelling.
+RENAMED = {"peak_flops_measured": "peak_flop_per_s_measured", "peak_flops_vendor": "peak_flop_per_s_vendor",
+           **{f"share_{c}": f"time_frac_{c}" for c in
+              ("data_wait", "compute_bound", "memory_bound", "optimizer", "other")}}
+RENAMED_FROM = {new: old for old, new in RENAMED.items()}
+
+
 def read_record(run_dir: Path, *, with_metrics: bool = False) -> dict[str, Any]:
     """The record as one dict: config, env, status, summary (empty until finished), metrics."""
     run_dir = Path(run_dir)
     rec = {"dir": str(run_dir), "config": _json(run_dir / CONFIG), "env": _json(run_dir / ENV),
            "status": _json(run_dir / STATUS)}
-    rec["summary"] = _json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else {}
+    summary = _json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else {}
+    rec["summary"] = {RENAMED.get(k, k): v for k, v in summary.items()}
+    if isinstance(summary.get("staging"), dict) and "read_GBps" in summary["staging"]:
+        st = dict(summary["staging"])
+        st["read_gb_per_s"] = st.pop("read_GBps")
+        rec["summary"]["staging"] = st
     if with_metrics:
         rec["metrics"] = read_metrics(run_dir)
     return rec
@@ -102,6 +115,25 @@ def finalize_orphan(run_dir: Path, reason: str) -> None:
     path = Path(run_dir) / STATUS
     st = json.loads(path.read_text())
     st.update(status=FAILED, reason=reason, ended=time.time())
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(st, indent=1))
+    write_json(path, st)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically: a temporary file beside it (per process, so concurrent writers
+    never share one), then os.replace, so readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
     os.replace(tmp, path)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts to dotted keys ({"toggles": {"amp": "bf16"}} -> {"toggles.amp": "bf16"}): the
+    config's `--set` keys, its MLflow params and the portal's diffs use the same spelling."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

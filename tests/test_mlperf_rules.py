@@ -73,9 +73,9 @@ def test_a_broken_log_fails_with_the_checkers_own_message(campaign, tmp_path):
 def test_run_records_mfu_and_breakdown(campaign):
     env, _ = campaign
     s = json.loads((run_dirs(env)[0] / "summary.json").read_text())
-    by_hand = 100 * s["flops_per_sample"] * s["samples_per_s"] / s["peak_flops_measured"]
+    by_hand = 100 * s["flops_per_sample"] * s["samples_per_s"] / s["peak_flop_per_s_measured"]
     assert s["mfu_measured_pct"] == pytest.approx(by_hand) and 0 < s["mfu_measured_pct"] < 100
-    shares = [s[f"share_{c}"] for c in breakdown.CLASSES]
+    shares = [s[f"time_frac_{c}"] for c in breakdown.CLASSES]
     assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
     assert s["breakdown"]["top_ops"]
 

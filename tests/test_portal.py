@@ -140,4 +140,11 @@ def test_compare_two_runs_diffs_config_and_gives_verdict(monkeypatch, seeded):
     if len(frames) == 2:  # same machine, same libraries: the environment diff is empty
         assert any(c.value == "identical" for c in at.caption)
     step = metrics.set_index("metric").loc["step time (B speedup over A)"]
-    assert step["verdict"] in ("faster", "slower", "within noise")
+    # the page's figures are the ones results computes from the same two records
+    from results import stats
+    from results.store import step_samples
+    from portal.data import N_BOOT
+    dirs = report.records_frame(root / "runs").set_index("run_id")["record_dir"]
+    sp = stats.speedup([step_samples(dirs[a])], [step_samples(dirs[b])], n_boot=N_BOOT)
+    assert step["delta [95% CI]"] == f"{sp['speedup']:.3f}x [{sp['ci_lo']:.3f}, {sp['ci_hi']:.3f}]"
+    assert step["verdict"] == stats.verdict(sp["ci_lo"], sp["ci_hi"])

@@ -164,3 +164,24 @@ def test_crashed_process_record_is_finalized_by_ingest(env, tmp_path):
     st = schema.read_record(d)["status"]
     assert st["status"] == "failed" and f"process {st['pid']} died" in st["reason"]
     assert load_runs(uri).iloc[0]["status"] == "failed"
+
+
+def test_ingest_attempts_setting_of_zero_still_tries_once(tiny_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_INGEST_ATTEMPTS", "0")
+    assert ingest_run(tiny_run, f"sqlite:///{tmp_path / 's.db'}") == "added"
+    monkeypatch.setenv("HARNESS_INGEST_ATTEMPTS", "0")  # and a store that fails fails once, plainly
+    (tmp_path / "blocked").write_text("a file where the store's folder should be")
+    with pytest.raises(Exception) as e:
+        ingest_run(tiny_run, f"sqlite:///{tmp_path / 'blocked' / 's.db'}")
+    assert not isinstance(e.value, AssertionError)
+
+
+def test_records_written_before_the_unit_renames_read_with_the_new_keys(tiny_run, tmp_path):
+    import shutil
+    old = tmp_path / tiny_run.name
+    shutil.copytree(tiny_run, old)
+    s = json.loads((old / schema.SUMMARY).read_text())
+    s = {schema.RENAMED_FROM.get(k, k): v for k, v in s.items()}  # as an older harness wrote it
+    assert "peak_flops_measured" in s and "share_data_wait" in s
+    (old / schema.SUMMARY).write_text(json.dumps(s))
+    assert schema.read_record(old)["summary"] == schema.read_record(tiny_run)["summary"]

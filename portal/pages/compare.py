@@ -11,16 +11,6 @@ from portal import data
 from results import schema
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _diff(a: dict, b: dict) -> pd.DataFrame:
     keys = sorted(set(a) | set(b))
     return pd.DataFrame([{"key": k, "A": str(a.get(k)), "B": str(b.get(k))} for k in keys if a.get(k) != b.get(k)])
@@ -44,10 +34,10 @@ if mode == "two runs":
     a, b = df[df["run_id"] == a_id].iloc[0], df[df["run_id"] == b_id].iloc[0]
     ra, rb = _record(a), _record(b)
     st.subheader("config diff")
-    cd = _diff(_flat(ra["config"]), _flat(rb["config"]))
+    cd = _diff(schema.flatten(ra["config"]), schema.flatten(rb["config"]))
     st.dataframe(cd, hide_index=True, width="stretch") if not cd.empty else st.caption("identical")
     st.subheader("environment diff")
-    keep = lambda e: {k: v for k, v in _flat(e).items() if k not in ("command", "cwd")}  # noqa: E731
+    keep = lambda e: {k: v for k, v in schema.flatten(e).items() if k not in ("command", "cwd")}  # noqa: E731
     ed = _diff(keep(ra["env"]), keep(rb["env"]))
     st.dataframe(ed, hide_index=True, width="stretch") if not ed.empty else st.caption("identical")
     st.subheader("metrics")

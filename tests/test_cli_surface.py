@@ -1,0 +1,38 @@
+"""The CLI surface is frozen (torchtitan's test_no_new_cli_options): every subcommand and flag
+is listed here. A new feature is a config field set with --set, not a new flag; if a flag is
+truly needed, add it here on purpose."""
+from __future__ import annotations
+
+import argparse
+
+from harness.cli import build_parser
+
+FROZEN = {
+    "run": ["--mode", "--no-ingest", "--set", "--size", "workload"],
+    "list": [],
+    "info": ["workload"],
+    "sweep": ["--dry-run", "--repeats", "--rerun-failed", "file"],
+    "demo": [],
+    "submit": ["--dry-run", "--repeats", "--rerun-failed", "--site", "--wait", "file"],
+    "ttt": ["--runs", "--set", "--size", "workload"],
+    "weak": ["--instance-size", "--set", "--size", "workload"],
+    "check-logs": ["logs"],
+    "cell": ["cells", "index"],
+}
+
+
+def _surface(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    out = {}
+    for name, p in sub.choices.items():
+        flags = []
+        for a in p._actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            flags.append(max(a.option_strings, key=len) if a.option_strings else a.dest)
+        out[name] = sorted(flags)
+    return out
+
+
+def test_cli_surface_is_frozen():
+    assert _surface(build_parser()) == FROZEN
