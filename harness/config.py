@@ -55,6 +55,44 @@ Toggles = dataclasses.make_dataclass(
     frozen=True, kw_only=True, slots=True)
 
 
+DATA_STRATEGIES = ("ddp", "zero1", "fsdp")
+SECTIONS = ("toggles", "parallel")  # nested sections of RunConfig, set as section.key
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Parallel:
+    """How a multi-rank run spreads training over its ranks (harness/parallel.py applies it).
+    The data-parallel degree is what the world size leaves after tensor parallelism."""
+
+    data: str = "ddp"
+    """Data-parallel strategy: ddp (replicas, gradient all-reduce), zero1 (optimizer state
+    sharded: ZeroRedundancyOptimizer), fsdp (parameters, gradients and optimizer state sharded:
+    FSDP2 fully_shard)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column -> row splits of attention and MLP)."""
+    sp: bool = False
+    """Sequence parallel: LayerNorm/dropout regions sharded along the sequence (needs tp > 1)."""
+
+    def __post_init__(self) -> None:
+        if self.data not in DATA_STRATEGIES:
+            raise UsageError(f"parallel.data must be one of {', '.join(DATA_STRATEGIES)}; got {self.data!r}")
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            raise UsageError(f"parallel.tp must be an integer >= 1; got {self.tp!r}")
+        if not isinstance(self.sp, bool):
+            raise UsageError(f"parallel.sp expects a bool (true/false); got {self.sp!r}")
+        if self.sp and self.tp == 1:
+            raise UsageError("parallel.sp=true needs parallel.tp > 1 (sequence parallel splits the "
+                             "tensor-parallel regions' neighbours)")
+
+    def is_default(self) -> bool:
+        return self == Parallel()
+
+    def label(self) -> str:
+        """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2 ..."""
+        tp = f"tp{self.tp}{'+sp' if self.sp else ''}" if self.tp > 1 else ""
+        return "+".join(x for x in (self.data if (self.data != "ddp" or not tp) else "", tp) if x)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
     """Everything that defines one run. `python -m harness list` prints the choices."""
@@ -97,6 +135,7 @@ class RunConfig:
     data_dir: str = ""
     """Dataset directory; empty = data/<workload>/<size>-d<data_seed> under the repo."""
     toggles: Toggles = field(default_factory=Toggles)
+    parallel: Parallel = field(default_factory=Parallel)
     sweep: str = ""
     """Label: the sweep this run belongs to (not hashed)."""
     repeat: int = 0
@@ -126,6 +165,12 @@ class RunConfig:
             raise UsageError(f"max_seconds must be >= 0; got {self.max_seconds}")
         if self.seed < 1:
             raise UsageError(f"seed must be > 0 (MLPerf rule); got {self.seed}")
+        if self.parallel.tp > 1 and getattr(wl, "tensor_parallel_plan", None) is None:
+            with_plan = [n for n in registry.names() if getattr(registry.get(n), "tensor_parallel_plan", None)]
+            raise UsageError(f"parallel.tp={self.parallel.tp}: {self.workload} has no tensor-parallel plan; "
+                             f"workloads with one: {', '.join(with_plan) or 'none yet'}")
+        if self.ranks and self.ranks % self.parallel.tp:
+            raise UsageError(f"parallel.tp={self.parallel.tp} does not divide ranks={self.ranks}")
 
     # -- derived -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -138,6 +183,8 @@ class RunConfig:
     def variant_hash(self) -> str:
         """Stable 10-hex id of what this run measures (labels excluded)."""
         d = {k: v for k, v in self.to_dict().items() if k not in LABEL_FIELDS}
+        if self.parallel.is_default():  # runs from before the parallel section keep their ids
+            d.pop("parallel")
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -154,17 +201,25 @@ class RunConfig:
         bad = set(tog) - set(TOGGLE_NAMES)
         if bad:
             raise UsageError(f"unknown toggle(s) {sorted(bad)}; valid toggles: {', '.join(TOGGLE_NAMES)}")
+        par = d.pop("parallel", {}) or {}
+        if not isinstance(par, dict):
+            raise UsageError(f"parallel must be a mapping; got {par!r}")
+        bad = set(par) - {f.name for f in fields(Parallel)}
+        if bad:
+            raise UsageError(f"unknown parallel key(s) {sorted(bad)}; valid keys: "
+                             f"{', '.join(f.name for f in fields(Parallel))}")
         if "workload" not in d:
             raise UsageError("config needs a workload")
-        return cls(**d, toggles=Toggles(**tog))
+        return cls(**d, toggles=Toggles(**tog), parallel=Parallel(**par))
 
     def with_overrides(self, assignments: list[str]) -> "RunConfig":
         """Apply `--set KEY=VALUE` strings (KEY as printed by `harness list`)."""
         d = self.to_dict()
         for a in assignments:
             key, value = parse_assignment(a)
-            if key.startswith("toggles."):
-                d["toggles"][key.split(".", 1)[1]] = value
+            section, _, sub = key.partition(".")
+            if section in SECTIONS and sub:
+                d[section][sub] = value
             else:
                 d[key] = value
         return RunConfig.from_dict(d)
@@ -176,8 +231,9 @@ def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
         raise UsageError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
 
 
-_FIELD_TYPES = {f.name: f.type for f in fields(RunConfig) if f.name != "toggles"}
+_FIELD_TYPES = {f.name: f.type for f in fields(RunConfig) if f.name not in SECTIONS}
 _FIELD_TYPES.update({f"toggles.{f.name}": f.type for f in fields(Toggles)})
+_FIELD_TYPES.update({f"parallel.{f.name}": f.type for f in fields(Parallel)})
 
 
 def settable_keys() -> list[str]:
@@ -195,9 +251,9 @@ def has_type(value: Any, typ: str) -> bool:
 
 def _check_types(cfg: RunConfig) -> None:
     for f in fields(cfg):
-        if f.name == "toggles":
-            if not isinstance(cfg.toggles, Toggles):
-                raise UsageError("toggles must be a Toggles")
+        if f.name in SECTIONS:
+            if not isinstance(getattr(cfg, f.name), {"toggles": Toggles, "parallel": Parallel}[f.name]):
+                raise UsageError(f"{f.name} must be a mapping of its keys")
             continue
         v = getattr(cfg, f.name)
         if not has_type(v, f.type):

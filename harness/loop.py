@@ -31,6 +31,9 @@ from harness.optimize import TrainStep, build
 from harness.timing import now, sync
 
 
+ACCOUNT_STEPS = 3  # steps measured for the parallel accounting (after DDP's bucket rebuild at step 1)
+
+
 class Diverged(RuntimeError):
     """Loss became NaN/inf: the run fails with the step named."""
 
@@ -51,13 +54,23 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
     dist_mod.average_bn_stats(dist, model)
     model.eval()
     sums: dict[str, float] = {}
+    last = None
     for x, y in loader:
-        x, y = ts.prepare(x, y)
+        x, y = last = ts.prepare(x, y)
         with ts.autocast():
             out = model(x)
         for k, v in workload.quality_sums(out, y).items():
             sums[k] = sums.get(k, 0.0) + v
+    if ts.lockstep_eval:  # sharded parameters: a rank with one batch fewer joins the others'
+        for _ in range(_max_eval_batches(n_val, local_batch, dist.world) - len(batches)):
+            with ts.autocast():
+                model(last[0])  # its all-gathers only; the output is not counted
     return workload.quality(dist_mod.sum_across_ranks(dist, sums))
+
+
+def _max_eval_batches(n: int, batch: int, world: int) -> int:
+    """Eval batches of the rank with the most samples (rank 0: ceil(n / world) of them)."""
+    return -(-(-(-n // world)) // batch)
 
 
 def _reached(q: float, target: float, higher_is_better: bool) -> bool:
@@ -131,8 +144,8 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
     plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, cfg.warmup_steps + cfg.steps,
                                             dist.rank, dist.world)
     model = workload.build_model(size)
-    opt, sched = workload.build_optimizer(model, size, global_batch, steps_per_epoch)
-    ts = build(cfg, workload, model, opt, sched, world=dist.world)
+    ts = build(cfg, workload, model, lambda m: workload.build_optimizer(m, size, global_batch, steps_per_epoch),
+               world=dist.world)
     for key, value in workload.mlperf_hyperparameters(size, global_batch).items():
         ml.event(key, value)
     ml.event("quality_target", target)  # not an MLLOG constant: the LM rules need it, HPC rules ignore it
@@ -193,7 +206,15 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
 def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> None:
     """Measurements that must not touch the timed steps or the MLPerf clock: the bottleneck
     breakdown (a short profiled phase) and the device's peak FLOP/s for MFU."""
-    from harness import breakdown, peak
+    from harness import breakdown, parallel, peak
+    if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
+        plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
+                                  ACCOUNT_STEPS, dist.rank, dist.world)
+        loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
+        try:
+            rec.info["parallel"] = parallel.account(ts, [next(loader) for _ in plan], dist.world)
+        finally:
+            loader.close()
     if cfg.profile_steps:
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
                                   cfg.profile_steps, dist.rank, dist.world)

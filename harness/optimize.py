@@ -5,17 +5,19 @@ apply_fsdp / apply_ddp, each a function):
   device          model.to(device)
   layout          channels_last: model + every input batch in NHWC / NDHWC
   amp             autocast(bf16|fp16) around forward + loss; fp16 adds a GradScaler (CUDA only)
-  data_parallel   DistributedDataParallel when launched with > 1 rank (not a toggle)
+  data_parallel   with > 1 rank, parallel.data: DDP, or FSDP2 fully_shard (harness/parallel.py)
   compile         torch.compile(model, mode=cfg.compile_mode)
+  optimizer       the workload's optimizer over the built parameters (FSDP's shards);
+                  parallel.data=zero1 shards its state (harness/parallel.py)
   graph_capture   capture of the whole step (fwd, loss, bwd, optimizer) with static input
                   buffers, replayed per step (CUDA only; harness/graph_capture.py)
 
-BUILD_STEPS holds that order; `build` runs it. The coming `parallel` section slots in as more
-named steps: tensor/sequence parallel after amp and before compile, sharded data parallel
-(ZeRO-1, FSDP) in place of data_parallel.
+BUILD_STEPS holds that order; `build` runs it. Tensor/sequence parallel will slot in after amp
+and before compile (torchtitan's order).
 
 `check` holds every incompatible combination and is called before anything is built or run.
-The only module that reads toggles.channels_last, amp, compile and cuda_graphs.
+The only module that reads toggles.channels_last, amp, compile and cuda_graphs (cfg.parallel
+is read in harness/parallel.py).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Callable
 import torch
 
 import staging
-from harness import data
+from harness import data, parallel
 from harness.config import RunConfig
 from harness.graph_capture import GraphedStep
 
@@ -62,10 +64,12 @@ class TrainStep:
     loader batch for it; `eval_model` is the un-wrapped, un-compiled model for evaluation.
     Made by `build`; each build step sets the attributes it owns."""
 
-    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler, world: int):
+    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, make_optimizer: Callable, world: int):
         self.cfg, self.workload, self.world = cfg, workload, world
         self.device = torch.device(cfg.device)
-        self.optimizer, self.scheduler = optimizer, scheduler
+        self.make_optimizer = make_optimizer  # model -> (optimizer, per-step scheduler)
+        self.optimizer = self.scheduler = None  # optimizer step
+        self.lockstep_eval = False     # data_parallel (fsdp): every rank runs every eval batch
         self.loss_fn = workload.loss
         self.eval_model = model        # evaluation runs this one: no DDP, no compile, no graph
         self.model = model             # what the step calls: wrapped by the steps below
@@ -143,15 +147,6 @@ def apply_amp(ts: TrainStep) -> None:
         ts.scaler = torch.amp.GradScaler("cuda")
 
 
-def apply_data_parallel(ts: TrainStep) -> None:
-    """Gradients averaged across ranks in backward (DDP's bucketed all-reduce)."""
-    if ts.world <= 1:
-        return
-    from torch.nn.parallel import DistributedDataParallel
-    ids = [torch.cuda.current_device()] if ts.device.type == "cuda" else None
-    ts.model = DistributedDataParallel(ts.model, device_ids=ids)
-
-
 def apply_compile(ts: TrainStep) -> None:
     """Lazy: the first warm-up step pays the compile time."""
     if ts.cfg.toggles.compile:
@@ -167,15 +162,17 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
     ("device", apply_device),
     ("layout", apply_layout),
     ("amp", apply_amp),
-    ("data_parallel", apply_data_parallel),
+    ("data_parallel", parallel.apply_data_parallel),
     ("compile", apply_compile),
+    ("optimizer", parallel.apply_optimizer),
     ("graph_capture", apply_graph_capture),
 )
 
 
-def build(cfg: RunConfig, workload, model: torch.nn.Module, optimizer, scheduler, world: int = 1) -> TrainStep:
-    """The training step for `model`, every build step applied in BUILD_STEPS order."""
-    ts = TrainStep(cfg, workload, model, optimizer, scheduler, world)
+def build(cfg: RunConfig, workload, model: torch.nn.Module, make_optimizer: Callable, world: int = 1) -> TrainStep:
+    """The training step for `model`, every build step applied in BUILD_STEPS order.
+    make_optimizer(model) -> (optimizer, scheduler) runs at the optimizer step."""
+    ts = TrainStep(cfg, workload, model, make_optimizer, world)
     for _, step in BUILD_STEPS:
         step(ts)
     return ts

@@ -47,7 +47,7 @@ def _signals_raise_killed():
 
 
 def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
-    from harness import data, loop, optimize  # torch from here on
+    from harness import data, loop, optimize, parallel  # torch from here on
 
     root = root or results_root()
     dist = dist_mod.from_env()
@@ -62,6 +62,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
         try:
             if launched != dist.world:
                 raise BadInput(f"ranks={launched} but the launcher ({dist.launcher}) started {dist.world}")
+            parallel.check(cfg, dist.world)  # an impossible layout: exit 2 before any work
             dist_mod.init(dist, cfg.device)
             reason = optimize.check(cfg, workload) or ""
             if reason:
@@ -70,7 +71,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             data.ensure_dataset(workload, size, data.dataset_root(cfg), cfg.data_seed)
             loop.train(cfg, workload, rec, dist)
             status = schema.FINISHED
-            if cfg.reference_run and cfg.toggles.enabled() and dist.is_main:
+            if cfg.reference_run and (cfg.toggles.enabled() or dist.world > 1) and dist.is_main:
                 from harness import gate
                 problem = gate.check(cfg, [s["loss"] for s in rec.steps], Path(cfg.reference_run))
                 if problem:

@@ -5,6 +5,9 @@ Matrix sets (any subset, in this order):
   add_one_in     each toggle alone
   all_on         every toggle that can run here
   leave_one_out  all_on minus each toggle
+A sweep may also list parallel strategies (`parallel: [{data: fsdp}, {tp: 2}, ...]`) and the
+rank counts to run them at (`ranks: [2, 4]`): each strategy x ranks is a cell of its own,
+launched with mpiexec by the local scheduler, and gated against the one-rank baseline.
 Repeats are interleaved (A B C ... A B C ...) so machine drift hits every configuration alike.
 Cells are planned once and run through the launcher protocol (harness/launch/backend.py): the
 local scheduler (`harness sweep`) runs each cell as its own process on this machine, Slurm
@@ -25,7 +28,7 @@ from harness.config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, read_ya
 from results import toggles as toggle_decl
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
-SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base"}
+SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base", "parallel", "ranks"}
 DEFAULT_REPEATS = 5
 
 
@@ -39,6 +42,9 @@ class Sweep:
     on_values: dict[str, Any]
     matrix: tuple[str, ...]
     base: dict[str, Any]
+    parallel: tuple[dict, ...] = ()
+    """Parallel strategies (RunConfig.parallel mappings), each a cell at every `ranks` count."""
+    ranks: tuple[int, ...] = ()
 
 
 def _line_of(text: str, key: str) -> int:
@@ -81,7 +87,8 @@ def load(path: Path) -> Sweep:
         raise bad("base" if not isinstance(base, dict) else "on_values", "expected a mapping")
     sweep = Sweep(name=str(d.get("name") or path.stem), workloads=tuple(listy["workloads"] or ()),
                   sizes=tuple(listy["sizes"] or ("tiny",)), repeats=repeats, toggles=toggles,
-                  on_values=on_values, matrix=matrix, base=base)
+                  on_values=on_values, matrix=matrix, base=base,
+                  parallel=_parallel_cells(d, bad), ranks=_rank_counts(d, bad))
     if not sweep.workloads:
         raise bad("workloads", "at least one workload is required")
     from harness import registry
@@ -95,7 +102,7 @@ def load(path: Path) -> Sweep:
                 raise bad("sizes", f"unknown size {size!r} for {wl}; valid sizes: {', '.join(sizes)}")
     probe = {"workload": sweep.workloads[0], "size": sweep.sizes[0]}
     for key, value in base.items():  # one key at a time, so the error names the line
-        items = value.items() if key == "toggles" and isinstance(value, dict) else [(None, value)]
+        items = value.items() if key in ("toggles", "parallel") and isinstance(value, dict) else [(None, value)]
         for sub, v in items:
             try:
                 RunConfig.from_dict({**probe, key: {sub: v} if sub else v})
@@ -107,6 +114,30 @@ def load(path: Path) -> Sweep:
         except UsageError as e:
             raise bad("on_values", str(e)) from None
     return sweep
+
+
+def _parallel_cells(d: dict, bad) -> tuple[dict, ...]:
+    from harness.config import Parallel
+    cells = d.get("parallel") or []
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise bad("parallel", "expected a list of mappings, e.g. [{data: fsdp}, {tp: 2, sp: true}]")
+    for c in cells:
+        try:
+            RunConfig.from_dict({"workload": "lm", "parallel": c})
+            Parallel(**c)
+        except (UsageError, TypeError) as e:
+            raise bad("parallel", str(e)) from None
+    if cells and not d.get("ranks"):
+        raise bad("parallel", "parallel strategies need `ranks: [N, ...]` to run them at")
+    return tuple(cells)
+
+
+def _rank_counts(d: dict, bad) -> tuple[int, ...]:
+    ranks = d.get("ranks") or []
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 2
+                                              for r in ranks):
+        raise bad("ranks", f"expected a list of rank counts >= 2; got {ranks!r}")
+    return tuple(ranks)
 
 
 def _on_value(sweep: Sweep, toggle: str) -> Any:
@@ -130,6 +161,11 @@ def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tupl
         cells.append(("all_on", cfg(all_on)))
     if "leave_one_out" in sweep.matrix and len(all_on) > 2:
         cells += [(f"all_on-{t}", cfg([x for x in all_on if x != t])) for t in all_on]
+    from harness.config import Parallel
+    for p in sweep.parallel:  # toggles off, the strategy at each rank count
+        par = Parallel(**p)
+        cells += [(f"{par.label()}@{n}", dataclasses.replace(base_cfg, parallel=par, ranks=n))
+                  for n in sweep.ranks if n % par.tp == 0]
     return cells
 
 
@@ -161,10 +197,12 @@ DONE = ("finished", "fail_accuracy")  # statuses a resumed sweep does not run ag
 
 def plan_cells(sw: Sweep, device: str, ranks: int) -> list[dict]:
     """Every (label, config) of the sweep, with its variant and its baseline's variant (the
-    correctness-gate lookup of `harness cell`), in interleaved order."""
+    correctness-gate lookup of `harness cell`), in interleaved order. `ranks` is the
+    scheduler's rank count for toggle cells; parallel cells keep their own."""
     cells, baseline_of = [], {}
     for label, cfg in plan(sw, device):
-        cfg = dataclasses.replace(cfg, ranks=ranks)
+        if cfg.parallel.is_default() and not (sw.ranks and "@" in label):
+            cfg = dataclasses.replace(cfg, ranks=ranks)
         key = (cfg.workload, cfg.size)
         if label == "baseline":
             baseline_of[key] = cfg.variant_hash()
@@ -212,6 +250,9 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     if repeats:
         sw = dataclasses.replace(sw, repeats=repeats)
     backend = schedulers.get(site.scheduler if site else "local", site)
+    if sw.ranks and backend.name != "local":
+        raise UsageError(f"{path}: a sweep with its own `ranks` runs under the local scheduler (mpiexec) for "
+                         f"now; under {backend.name} every cell runs at the site's ranks")
     results = Path(site.results_dir).expanduser() if site and site.results_dir else results_root()
     runs_root = results / "runs"
     if rerun_failed:

@@ -21,6 +21,7 @@ from results.tracking import client as _client
 
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
 RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
+SUMMARY_PREFIXES = ("comm_", "mem_")  # multi-rank accounting: per collective and per state part
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
@@ -186,8 +187,8 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
         tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, tags["sweep"])
     run = client.create_run(exp_id, start_time=start_ms, tags=tags)
     rid = run.info.run_id
-    metrics = [Metric(k, float(rec["summary"][k]), start_ms, 0) for k in SUMMARY_METRICS
-               if isinstance(rec["summary"].get(k), (int, float))]
+    metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
+               if (k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
     for row in rec["metrics"]:
         ts = start_ms + int(1000 * row.get("t", 0))
         if row["kind"] == "step":

@@ -30,6 +30,8 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
                "git_sha": rec["env"].get("git_sha"), "host": rec["env"].get("hostname"),
                "started": pd.to_datetime(rec["status"]["started"], unit="s")}
         row.update({f"toggles.{k}": str(v) for k, v in cfg["toggles"].items()})
+        row.update({f"parallel.{k}": str(v) for k, v in cfg.get("parallel", {}).items()})
+        row["ranks"] = cfg.get("ranks", 1)
         row.update({k: v for k, v in rec["summary"].items() if isinstance(v, (int, float))})
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -41,17 +43,45 @@ def toggle_sets(df: pd.DataFrame) -> pd.Series:
     Column-wise (a row loop costs seconds at 10,000 runs)."""
     cols = []
     for t in NAMES:
-        v = df[f"toggles.{t}"].astype(str) if f"toggles.{t}" in df else pd.Series("False", index=df.index)
+        v = df[f"toggles.{t}"].fillna("False").astype(str) if f"toggles.{t}" in df else pd.Series("False", index=df.index)
         on = ~v.isin(["False", "off", "nan", "None"])
         cols.append(np.where(on, np.where(v == "True", t, t + "=" + v), ""))
     return pd.Series([tuple(x for x in row if x) for row in zip(*cols)] if len(df) else [],
                      index=df.index, dtype=object)
 
 
+def strategy_labels(df: pd.DataFrame) -> pd.Series:
+    """Per row, the parallel strategy and rank count ("fsdp@2", "ddp@4", "tp2+sp@2") of a
+    parallel cell, else "": a cell whose parallel section is not the default, or that runs
+    on more ranks than the fewest in its workload/size/device group (the one-rank baseline)."""
+    def col(name: str, default: str) -> pd.Series:
+        if name not in df:
+            return pd.Series(default, index=df.index, dtype=object)
+        return df[name].fillna(default).astype(str).replace({"nan": default, "None": default, "": default})
+    if df.empty:
+        return pd.Series(dtype=object)
+    ranks = pd.to_numeric(df["ranks"], errors="coerce").fillna(1).astype(int) if "ranks" in df else \
+        pd.Series(1, index=df.index)
+    fewest = ranks.groupby([df[c].astype(str) for c in GROUP]).transform("min")
+    keys = pd.Series(list(zip(col("parallel.data", "ddp"), col("parallel.tp", "1"), col("parallel.sp", "False"),
+                              ranks, ranks > fewest)), index=df.index)
+    return keys.map({k: _strategy_label(*k) for k in keys.unique()})  # a handful of distinct cells
+
+
+def _strategy_label(data: str, tp: str, sp: str, ranks: int, more_ranks: bool) -> str:
+    if data == "ddp" and tp == "1" and not more_ranks:
+        return ""
+    tp_part = f"tp{tp}{'+sp' if sp == 'True' else ''}" if tp != "1" else ""
+    name = "+".join(x for x in (data if (data != "ddp" or not tp_part) else "", tp_part) if x)
+    return f"{name}@{ranks}"
+
+
 def label_configs(df: pd.DataFrame) -> pd.Series:
-    """baseline, +x (add-one-in), all_on, all_on-x (leave-one-out), or the joined toggles."""
+    """baseline, +x (add-one-in), all_on, all_on-x (leave-one-out), or the joined toggles;
+    parallel cells by strategy and ranks (fsdp@2), with their toggles after a '+'."""
     labels = pd.Series("", index=df.index, dtype=object)
     all_sets = toggle_sets(df)
+    strategies = strategy_labels(df)
     for _, g in df.groupby(GROUP, dropna=False):
         sets = all_sets[g.index]
         runnable = sets[g["status"] != schema.UNSUPPORTED]
@@ -67,6 +97,8 @@ def label_configs(df: pd.DataFrame) -> pd.Series:
                 labels[i] = f"all_on-{(set(widest) - set(s)).pop().split('=')[0]}"
             else:
                 labels[i] = "+".join(s)
+    on = strategies != ""
+    labels[on] = [st + ("" if not s else "+" + "+".join(s)) for st, s in zip(strategies[on], all_sets[on])]
     return labels
 
 

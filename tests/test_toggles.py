@@ -24,8 +24,7 @@ def _cfg(**toggles) -> RunConfig:
 def _step(cfg: RunConfig) -> TrainStep:
     size = WL.sizes["tiny"]
     model = WL.build_model(size)
-    opt, sched = WL.build_optimizer(model, size, 8, 10)
-    return build(cfg, WL, model, opt, sched)
+    return build(cfg, WL, model, lambda m: WL.build_optimizer(m, size, 8, 10))
 
 
 def _batch():
@@ -184,7 +183,7 @@ def test_training_state_restore_undoes_warmup_steps(workload):
 def test_build_steps_run_in_the_documented_order():
     import harness.optimize as opt
     names = [n for n, _ in opt.BUILD_STEPS]
-    assert names == ["device", "layout", "amp", "data_parallel", "compile", "graph_capture"]
+    assert names == ["device", "layout", "amp", "data_parallel", "compile", "optimizer", "graph_capture"]
     doc_order = sorted(names, key=lambda n: opt.__doc__.index(f"\n  {n} "))
     assert doc_order == names  # the module docstring lists the same order
     assert all(fn.__name__ == f"apply_{n}" for n, fn in opt.BUILD_STEPS)

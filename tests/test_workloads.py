@@ -47,8 +47,7 @@ def test_forward_backward_finite_and_quality_keys(name, roots):
     wl = registry.get(name)
     size = wl.sizes["tiny"]
     model = wl.build_model(size)
-    opt, sched = wl.build_optimizer(model, size, 4, 10)
-    ts = build(RunConfig(workload=name), wl, model, opt, sched)
+    ts = build(RunConfig(workload=name), wl, model, lambda m: wl.build_optimizer(m, size, 4, 10))
     x, y = ts.prepare(*_first_batch(wl, roots[name]))
     loss = ts(x, y)
     assert torch.isfinite(loss) and loss.ndim == 0

@@ -100,6 +100,10 @@ class Workload(Protocol):
     def target_text(self, size: Size) -> str:
         """The quality target in words, for `harness info` (e.g. "0.124")."""
 
+    def fsdp_units(self, model: "nn.Module") -> list["nn.Module"]:
+        """Submodules sharded as FSDP units of their own (transformer blocks, encoder blocks):
+        each is all-gathered just before it runs and freed after; the rest belongs to the root."""
+
     def loss(self, output: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor": ...
 
     def quality_sums(self, output: "torch.Tensor", target: "torch.Tensor") -> dict[str, float]:

@@ -44,7 +44,11 @@ class LocalBackend:
             b = plan.baseline_cell(i)
             after = (names[b],) if b in names else ()  # a baseline finished earlier needs no wait
             names[i] = f"cell-{i}"
-            jobs.append(Job(names[i], plan.cell_command(str(i)), plan.dir / f"cell-{i}{plan.suffix()}.sh", (i,), after))
+            command = plan.cell_command(str(i))
+            ranks = plan.cells[i]["config"].get("ranks", 1)
+            if ranks > 1:  # a multi-rank cell (parallel strategies): its ranks on this machine
+                command = f"{mpiexec()} -n {ranks} {command}"
+            jobs.append(Job(names[i], command, plan.dir / f"cell-{i}{plan.suffix()}.sh", (i,), after))
         jobs.append(Job("ingest", "\n".join(plan.ingest_commands()), plan.dir / f"ingest{plan.suffix()}.sh",
                         (), tuple(names.values())))
         return jobs
@@ -55,7 +59,7 @@ class LocalBackend:
 
     def submit(self, job: Job, after: list[str]) -> str:
         if job.cells:
-            self._run_cell(job.cells[0])
+            self._run_cell(job.cells[0], job.script)
         else:
             self._close_bar()
             self._ingest_and_summarize()
@@ -82,7 +86,7 @@ class LocalBackend:
             self._bar.stop()
             self._bar = None
 
-    def _run_cell(self, i: int) -> None:
+    def _run_cell(self, i: int, command: str) -> None:
         plan = self._plan
         cell = plan.cells[i]
         cfg = cell["config"]
@@ -90,7 +94,7 @@ class LocalBackend:
         what = f"{cell['label']} r{cfg['repeat']}"
         bar.update(self._task, cell=f"{cfg['workload']}/{cfg['size']} {what}")
         env = {**os.environ, **plan.env, "HARNESS_SCHEDULER": self.name, "HARNESS_JOB_ID": f"{plan.sweep_id}#{i}"}
-        status = _run(plan.cell_command(str(i)), env, cell, bar.console, what)
+        status = _run(command, env, cell, bar.console, what)
         self.statuses.append(status)
         bar.advance(self._task)
 
@@ -100,7 +104,7 @@ class LocalBackend:
         plan.dir.mkdir(parents=True, exist_ok=True)
         plan.cells_file.write_text(json.dumps(plan.cells, indent=1))
         for job in self.render(plan)[:-1]:
-            self.submit(job, [])
+            self.submit(job, [])  # cells only: their baselines come first in plan order
         self._close_bar()
         return self.statuses
 
@@ -117,6 +121,12 @@ class LocalBackend:
         except Exception as e:  # noqa: BLE001 - records stay; `make ingest` retries
             print(f"warning: could not ingest into {uri} ({e}); records kept, run `make ingest`", file=sys.stderr)
         print_sweep_summary(root / "runs", self._plan.sweep_id)
+
+
+def mpiexec() -> str:
+    """The mpiexec beside this interpreter (the mpich wheel's), else the one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else "mpiexec"
 
 
 def _run(command: str, env: dict, cell: dict, console, what: str) -> str:

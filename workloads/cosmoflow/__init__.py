@@ -91,6 +91,10 @@ class CosmoFlow:
         from workloads.cosmoflow.loaders import dali_loader
         return dali_loader(root, split, size, batches, device_id)
 
+    def fsdp_units(self, model):
+        """Each convolution with its parameters; the dense head stays with the root."""
+        return [m for m in model.convs if any(True for _ in m.parameters(recurse=False))]
+
     def to_model_input(self, x):
         # loader layout N,D,H,W,C (as stored) -> logical N,C,D,H,W. A view: its memory is
         # already channels_last_3d, so the NDHWC toggle costs no copy here (NVIDIA's as_strided).

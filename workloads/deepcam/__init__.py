@@ -89,6 +89,11 @@ class DeepCAM:
     def target_text(self, size: DeepCAMSize) -> str:
         return f"{size.quality_target}"
 
+    def fsdp_units(self, model):
+        """The Xception blocks (entry, middle and exit flow); stem, ASPP and decoder stay with the root."""
+        e = model.encoder
+        return [e.block1, e.block2, e.block3, *e.middle, e.block20]
+
     def torch_loader(self, root, split, size, batches):
         from workloads.deepcam.loaders import torch_loader
         return torch_loader(root, split, size, batches)

@@ -100,6 +100,9 @@ class LM:
     def target_text(self, size: LMSize) -> str:
         return f"entropy rate of the data + {size.target_margin} nats/token"
 
+    def fsdp_units(self, model):
+        return list(model.h)  # the transformer blocks (torchtitan shards each block)
+
     def to_model_input(self, x):
         return x
 

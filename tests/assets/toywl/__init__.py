@@ -100,6 +100,9 @@ class Toy:
     def target_text(self, size) -> str:
         return f"MAE {size.quality_target}"
 
+    def fsdp_units(self, model):
+        return []  # one linear layer: the root is the only unit
+
     def to_model_input(self, x):
         return x
 
