@@ -15,7 +15,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
 .PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean \
-        submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak
+        submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak parallel
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
@@ -29,6 +29,9 @@ demo: setup             ## the main job: a small CPU ablation, recorded, summari
 
 sweep: setup            ## make sweep SWEEP=path/to/sweep.yaml
 	$(PY) -m harness sweep $(SWEEP)
+
+parallel: setup         ## parallel strategies (ddp, zero1, fsdp, tp, tp+sp, dp x tp) under mpiexec [SWEEP_PARALLEL=...]
+	$(PY) -m harness sweep $(or $(SWEEP_PARALLEL),harness/sweeps/parallel-cpu.yaml)
 
 rerun-failed: setup     ## rerun only the failed/killed/missing cells of the latest SWEEP run
 	$(PY) -m harness sweep $(SWEEP) --rerun-failed

@@ -169,8 +169,15 @@ class RunConfig:
             with_plan = [n for n in registry.names() if getattr(registry.get(n), "tensor_parallel_plan", None)]
             raise UsageError(f"parallel.tp={self.parallel.tp}: {self.workload} has no tensor-parallel plan; "
                              f"workloads with one: {', '.join(with_plan) or 'none yet'}")
+        if self.parallel.tp > 1:
+            problem = wl.tensor_parallel_check(wl.sizes[self.size], self.parallel.tp, self.parallel.sp)
+            if problem:
+                raise UsageError(problem)
         if self.ranks and self.ranks % self.parallel.tp:
             raise UsageError(f"parallel.tp={self.parallel.tp} does not divide ranks={self.ranks}")
+        if self.parallel.tp > 1 and self.parallel.data != "fsdp" and self.ranks > self.parallel.tp:
+            raise UsageError(f"parallel.data={self.parallel.data} with tensor parallel: DDP and ZeRO-1 do not compose "
+                             f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp for dp x tp")
 
     # -- derived -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

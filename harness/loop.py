@@ -28,6 +28,7 @@ from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.mlperf_log import K
 from harness.optimize import TrainStep, build
+from harness.parallel import data_shard
 from harness.timing import now, sync
 
 
@@ -47,7 +48,8 @@ def _seed_everything(seed: int) -> None:
 def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_batch: int,
              dist: DistInfo) -> float:
     n_val = workload.n_samples(root, "val", size)
-    batches = data.epoch_batches(n_val, local_batch, seed=0, epoch=0, rank=dist.rank, world=dist.world,
+    dp_rank, dp_world = data_shard(cfg, dist)  # tensor-parallel ranks of one replica read the same samples
+    batches = data.epoch_batches(n_val, local_batch, seed=0, epoch=0, rank=dp_rank, world=dp_world,
                                  shuffle=False, drop_last=False)
     loader = data.make_loader(cfg, workload, size, root, "val", batches, dist.local_rank)
     model = ts.eval_model
@@ -62,7 +64,7 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
         for k, v in workload.quality_sums(out, y).items():
             sums[k] = sums.get(k, 0.0) + v
     if ts.lockstep_eval:  # sharded parameters: a rank with one batch fewer joins the others'
-        for _ in range(_max_eval_batches(n_val, local_batch, dist.world) - len(batches)):
+        for _ in range(_max_eval_batches(n_val, local_batch, dp_world) - len(batches)):
             with ts.autocast():
                 model(last[0])  # its all-gathers only; the output is not counted
     return workload.quality(dist_mod.sum_across_ranks(dist, sums))
@@ -125,9 +127,10 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
         torch.set_num_threads(threads)
     rec.info["torch_threads"] = torch.get_num_threads()
     global_batch = cfg.batch_size or size.batch_size
-    if global_batch % dist.world:
-        raise ValueError(f"batch_size {global_batch} is not divisible by {dist.world} ranks")
-    local_batch = global_batch // dist.world
+    dp_rank, dp_world = data_shard(cfg, dist)
+    if global_batch % dp_world:
+        raise ValueError(f"batch_size {global_batch} is not divisible by {dp_world} data-parallel ranks")
+    local_batch = global_batch // dp_world
     nodes = dist_mod.node_count(dist)
     for key, value in (("submission_benchmark", getattr(workload, "mlperf_benchmark", workload.name)),
                        ("submission_org", "mlperf-harness"), ("submission_division", "open"),
@@ -142,7 +145,7 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
     n_val = workload.n_samples(root, "val", size)
     target = workload.quality_target(size, root)
     plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, cfg.warmup_steps + cfg.steps,
-                                            dist.rank, dist.world)
+                                            dp_rank, dp_world)
     model = workload.build_model(size)
     ts = build(cfg, workload, model, lambda m: workload.build_optimizer(m, size, global_batch, steps_per_epoch),
                world=dist.world)
@@ -209,7 +212,7 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
     from harness import breakdown, parallel, peak
     if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
-                                  ACCOUNT_STEPS, dist.rank, dist.world)
+                                  ACCOUNT_STEPS, *data_shard(cfg, dist))
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
             rec.info["parallel"] = parallel.account(ts, [next(loader) for _ in plan], dist.world)
@@ -217,7 +220,7 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
             loader.close()
     if cfg.profile_steps:
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
-                                  cfg.profile_steps, dist.rank, dist.world)
+                                  cfg.profile_steps, *data_shard(cfg, dist))
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
             rec.info["breakdown"] = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,

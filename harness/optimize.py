@@ -5,6 +5,8 @@ apply_fsdp / apply_ddp, each a function):
   device          model.to(device)
   layout          channels_last: model + every input batch in NHWC / NDHWC
   amp             autocast(bf16|fp16) around forward + loss; fp16 adds a GradScaler (CUDA only)
+  tensor_parallel parallel.tp > 1: the workload's plan (Megatron column -> row splits, sequence
+                  parallel regions) over the mesh's tp dimension (harness/parallel.py)
   data_parallel   with > 1 rank, parallel.data: DDP, or FSDP2 fully_shard (harness/parallel.py)
   compile         torch.compile(model, mode=cfg.compile_mode)
   optimizer       the workload's optimizer over the built parameters (FSDP's shards);
@@ -12,8 +14,8 @@ apply_fsdp / apply_ddp, each a function):
   graph_capture   capture of the whole step (fwd, loss, bwd, optimizer) with static input
                   buffers, replayed per step (CUDA only; harness/graph_capture.py)
 
-BUILD_STEPS holds that order; `build` runs it. Tensor/sequence parallel will slot in after amp
-and before compile (torchtitan's order).
+BUILD_STEPS holds that order; `build` runs it (torchtitan's: tensor parallel, then the data
+parallel wrapper and compile).
 
 `check` holds every incompatible combination and is called before anything is built or run.
 The only module that reads toggles.channels_last, amp, compile and cuda_graphs (cfg.parallel
@@ -162,6 +164,7 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
     ("device", apply_device),
     ("layout", apply_layout),
     ("amp", apply_amp),
+    ("tensor_parallel", parallel.apply_tensor_parallel),
     ("data_parallel", parallel.apply_data_parallel),
     ("compile", apply_compile),
     ("optimizer", parallel.apply_optimizer),

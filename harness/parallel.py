@@ -33,25 +33,66 @@ def check(cfg: RunConfig, world: int) -> None:
     if world % p.tp:
         raise BadInput(f"parallel.tp={p.tp} does not divide the {world} ranks; valid: "
                        f"{', '.join(str(t) for t in range(1, world + 1) if world % t == 0)}")
-    if p.tp > 1:
-        raise BadInput("parallel.tp > 1: tensor parallelism is not built yet")
+    if p.tp > 1 and world > p.tp and p.data != "fsdp":
+        raise BadInput(f"parallel.data={p.data} with tensor parallel on {world} ranks: DDP and ZeRO-1 do not "
+                       f"compose with DTensor parameters; use parallel.data=fsdp for dp x tp")
+
+
+def data_shard(cfg: RunConfig, dist) -> tuple[int, int]:
+    """(data-parallel rank, data-parallel world): the mesh is (dp, tp), row-major as
+    init_device_mesh lays it out, so the tp ranks of one replica read the same samples."""
+    tp = cfg.parallel.tp if dist.world > 1 else 1
+    return dist.rank // tp, dist.world // tp
+
+
+def mesh(ts):
+    """The (dp, tp) device mesh, built once per run."""
+    if getattr(ts, "mesh", None) is None:
+        from torch.distributed.device_mesh import init_device_mesh
+        tp = ts.cfg.parallel.tp
+        ts.mesh = init_device_mesh(ts.device.type, (ts.world // tp, tp), mesh_dim_names=("dp", "tp"))
+    return ts.mesh
 
 
 # -- builder steps --------------------------------------------------------------------------------
-# Both take the TrainStep being built (harness/optimize.py, which imports this module).
+# Each takes the TrainStep being built (harness/optimize.py, which imports this module).
+def apply_tensor_parallel(ts) -> None:
+    """The workload's plan (module path -> ParallelStyle) over the tp dimension of the mesh.
+    Its parameters become DTensors; the rest stay plain, replicated on every tp rank."""
+    if ts.world <= 1 or ts.cfg.parallel.tp == 1:
+        return
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.parallel import parallelize_module
+    p = ts.cfg.parallel
+    parallelize_module(ts.model, mesh(ts)["tp"], ts.workload.tensor_parallel_plan(ts.model, p.tp, p.sp))
+    for param in ts.model.parameters():
+        if isinstance(param, DTensor) and all(isinstance(x, Replicate) for x in param.placements):
+            param.register_post_accumulate_grad_hook(_reduce_partial_grad)
+
+
+def _reduce_partial_grad(param) -> None:
+    """A replicated parameter applied to sequence-sharded activations (sequence parallel's
+    LayerNorms) gets a Partial gradient: sum it over the tp ranks once, after backward. Left
+    Partial, every optimizer op that reads it all-reduces it again (AdamW: 3 per parameter,
+    measured)."""
+    from torch.distributed.tensor import Replicate
+    g = param.grad
+    if g is not None and any(x.is_partial() for x in g.placements):
+        param.grad = g.redistribute(placements=[Replicate()] * len(g.placements))
+
+
 def apply_data_parallel(ts) -> None:
     """ddp and zero1: DDP around the model (zero1 shards the optimizer in apply_optimizer).
     fsdp: fully_shard each unit the workload names, then the root (in place: evaluation runs
     the same sharded module, on every rank in lockstep)."""
-    if ts.world <= 1:
+    if ts.world // ts.cfg.parallel.tp <= 1:  # one replica (tensor parallel only): nothing to do
         return
     if ts.cfg.parallel.data == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
-        mesh = init_device_mesh(ts.device.type, (ts.world,), mesh_dim_names=("dp",))
+        dp = mesh(ts)["dp"]  # with tp: 2D parameters, sharded over dp within each tp shard
         for unit in ts.workload.fsdp_units(ts.model):
-            fully_shard(unit, mesh=mesh)
-        fully_shard(ts.model, mesh=mesh)
+            fully_shard(unit, mesh=dp)
+        fully_shard(ts.model, mesh=dp)
         ts.lockstep_eval = True  # a sharded forward all-gathers: every rank runs every eval batch
         return
     from torch.nn.parallel import DistributedDataParallel
@@ -63,6 +104,11 @@ def apply_optimizer(ts) -> None:
     """The workload's optimizer and schedule over the built model's parameters (FSDP has
     replaced them by their shards); zero1 then shards its state over the ranks."""
     ts.optimizer, ts.scheduler = ts.make_optimizer(ts.eval_model)
+    if ts.world > 1 and ts.cfg.parallel.tp > 1 and ts.world == ts.cfg.parallel.tp:
+        # tensor parallel alone: DTensor and plain parameters side by side, which the
+        # multi-tensor (foreach) kernels refuse to mix; the per-parameter path takes both
+        for g in ts.optimizer.param_groups:
+            g["foreach"] = False
     if ts.world > 1 and ts.cfg.parallel.data == "zero1":
         ts.optimizer = zero1(ts.optimizer, ts.scheduler)
 
@@ -168,23 +214,52 @@ def measure_step_comms(step, batches) -> list[dict]:
     return out
 
 
-def _padded_numel(p: torch.Tensor, n: int) -> int:
+def _tp_local_shape(p: torch.Tensor) -> list[int]:
+    """The shape of a parameter on one tensor-parallel rank: its global shape with the
+    dimension the tp mesh dimension shards divided (what FSDP then shards over dp)."""
+    shape = list(p.shape)  # a DTensor's shape is the global one
+    mesh = getattr(p, "device_mesh", None)
+    if mesh is not None and mesh.mesh_dim_names and "tp" in mesh.mesh_dim_names:
+        placement = p.placements[mesh.mesh_dim_names.index("tp")]
+        if placement.is_shard():
+            shape[placement.dim] //= mesh.size(mesh.mesh_dim_names.index("tp"))
+    return shape
+
+
+def _padded_numel(shape: list[int], n: int) -> int:
     """FSDP2 shards dim 0 in n equal chunks, padding it up to a multiple of n."""
-    if p.dim() == 0:
+    if not shape:
         return n
-    rows = -(-p.shape[0] // n) * n
-    return rows * (p.numel() // max(p.shape[0], 1))
+    rest = 1
+    for d in shape[1:]:
+        rest *= d
+    return -(-shape[0] // n) * n * rest
 
 
-def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int) -> dict[str, int]:
-    """Collective sizes S per step the strategy needs in theory, from the parameter shapes
-    (fp32 gradients: 4 bytes per element). Buffers (BatchNorm statistics) are broadcast from
-    rank 0 every forward by DDP (broadcast_buffers=True), an extra that the theory of DP leaves
-    out; FSDP leaves buffers replicated and unsynchronised."""
+def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int, local_batch: int,
+                   act_bytes: int) -> dict[str, int]:
+    """Collective sizes S per step the strategy needs in theory. Tensor parallel: the
+    workload's formula for its plan (activations of `act_bytes` per element). Data parallel
+    over the world / tp replicas: from the parameter shapes each replica holds (fp32
+    gradients: 4 bytes per element). Buffers (BatchNorm statistics) are broadcast from rank 0
+    every forward by DDP (broadcast_buffers=True), an extra that the theory of DP leaves out;
+    FSDP leaves buffers replicated and unsynchronised."""
+    p = cfg.parallel
+    out: dict[str, int] = defaultdict(int)
+    if p.tp > 1:
+        size = workload.sizes[cfg.size]
+        for kind, b in workload.tensor_parallel_volume(size, local_batch, p.tp, p.sp, act_bytes).items():
+            out[kind] += b
+    if world // p.tp > 1:
+        for kind, b in _data_parallel_volume(p.data, model, workload, world // p.tp).items():
+            out[kind] += b
+    return dict(out)
+
+
+def _data_parallel_volume(strategy: str, model: torch.nn.Module, workload, world: int) -> dict[str, int]:
     params = list({id(p): p for p in model.parameters()}.values())  # tied weights once
-    full = sum(p.numel() for p in params) * 4  # a DTensor's numel is the global one
+    full = sum(p.numel() for p in params) * 4
     buffers = sum(_nbytes(b) for b in model.buffers())
-    strategy = cfg.parallel.data
     if strategy in ("ddp", "zero1"):
         out = {"all_reduce": full}
         if buffers:
@@ -196,8 +271,8 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int)
     # keeps the root's parameters after forward); gradients reduce-scattered once
     units = list(workload.fsdp_units(model))
     in_units = {id(p) for u in units for p in u.parameters()}
-    unit_bytes = sum(_padded_numel(p, world) * 4 for p in params if id(p) in in_units)
-    root_bytes = sum(_padded_numel(p, world) * 4 for p in params if id(p) not in in_units)
+    unit_bytes = sum(_padded_numel(_tp_local_shape(p), world) * 4 for p in params if id(p) in in_units)
+    root_bytes = sum(_padded_numel(_tp_local_shape(p), world) * 4 for p in params if id(p) not in in_units)
     return {"all_gather": 2 * unit_bytes + root_bytes, "reduce_scatter": unit_bytes + root_bytes}
 
 
@@ -258,7 +333,8 @@ def account(ts, batches: list, world: int) -> dict:
     td.all_gather_object(every, mine)
     return {"strategy": ts.cfg.parallel.label(), "world": world, "steps_measured": len(steps),
             "measured_per_step": steps[-1], "per_step": steps,
-            "analytic_per_step": analytic_comms(ts.cfg, ts.eval_model, ts.workload, world),
+            "analytic_per_step": analytic_comms(ts.cfg, ts.eval_model, ts.workload, world,
+                                                local_batch=len(batches[0][0]), act_bytes=4 if ts.dtype == "fp32" else 2),
             "model_state_per_rank": [e["model_state"] for e in every],
             "peak_memory_per_rank": [e["peak_memory"] for e in every],
             "peak_memory_kind": "cuda max_memory_allocated" if ts.device.type == "cuda" else "VmHWM (peak RSS)"}

@@ -122,13 +122,14 @@ def _parallel_cells(d: dict, bad) -> tuple[dict, ...]:
     if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
         raise bad("parallel", "expected a list of mappings, e.g. [{data: fsdp}, {tp: 2, sp: true}]")
     for c in cells:
+        strategy = {k: v for k, v in c.items() if k != "ranks"}
         try:
-            RunConfig.from_dict({"workload": "lm", "parallel": c})
-            Parallel(**c)
+            Parallel(**strategy)
         except (UsageError, TypeError) as e:
             raise bad("parallel", str(e)) from None
-    if cells and not d.get("ranks"):
-        raise bad("parallel", "parallel strategies need `ranks: [N, ...]` to run them at")
+        _rank_counts({"ranks": c.get("ranks", [2])}, bad)
+        if not (c.get("ranks") or d.get("ranks")):
+            raise bad("parallel", "parallel strategies need `ranks: [N, ...]` (for the sweep or the strategy)")
     return tuple(cells)
 
 
@@ -162,10 +163,10 @@ def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tupl
     if "leave_one_out" in sweep.matrix and len(all_on) > 2:
         cells += [(f"all_on-{t}", cfg([x for x in all_on if x != t])) for t in all_on]
     from harness.config import Parallel
-    for p in sweep.parallel:  # toggles off, the strategy at each rank count
-        par = Parallel(**p)
+    for p in sweep.parallel:  # toggles off, the strategy at each of its rank counts
+        par = Parallel(**{k: v for k, v in p.items() if k != "ranks"})
         cells += [(f"{par.label()}@{n}", dataclasses.replace(base_cfg, parallel=par, ranks=n))
-                  for n in sweep.ranks if n % par.tp == 0]
+                  for n in p.get("ranks", sweep.ranks)]
     return cells
 
 

@@ -95,15 +95,46 @@ def test_cosmoflow_fsdp_and_deepcam_ddp_account_their_collectives(env, data_root
             assert acc["analytic_per_step"]["broadcast"] > 0  # the BatchNorm statistics
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks, sets", [
+    (2, ["parallel.tp=2"]), (2, ["parallel.tp=2", "parallel.sp=true"]),
+    (4, ["parallel.data=fsdp", "parallel.tp=2"]), (4, ["parallel.data=fsdp", "parallel.tp=2", "parallel.sp=true"]),
+])
+def test_tensor_and_sequence_parallel_match_one_rank_and_account_every_byte(ranks, sets, env, one_rank):
+    """Megatron TP (and SP) on LM tiny, alone at 2 ranks and on a 2x2 (dp x tp) mesh at 4."""
+    before = set(run_dirs(env))
+    p = mpirun(env, ranks, "run", "lm", *STEPS, "--set", f"reference_run={one_rank}",
+               *[a for s in sets for a in ("--set", s)])
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]  # the gate: same losses as one rank
+    ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
+    assert [m["loss"] for m in rec["metrics"] if m["kind"] == "step"] == pytest.approx(ref, rel=1e-5)
+    acc = rec["summary"]["parallel"]
+    measured = {k: v["bytes"] for k, v in acc["measured_per_step"].items()}
+    assert measured == pytest.approx(acc["analytic_per_step"], rel=0.01)
+    sp = "parallel.sp=true" in sets
+    assert ("reduce_scatter" in measured and "all_gather" in measured) if sp else measured["all_reduce"] > 0
+    from harness import registry
+    wl = registry.get("lm")
+    full = 4 * sum(p.numel() for p in wl.build_model(wl.sizes["tiny"]).parameters())
+    dp = ranks // 2  # tp shards the blocks' matrices (embeddings replicated); fsdp halves it all again
+    assert full / (2 * dp) < acc["model_state_per_rank"][0]["params"] < full / dp
+
+
 @pytest.mark.parametrize("sets, fragment", [
     (["parallel.data=zero9"], "parallel.data must be one of ddp, zero1, fsdp; got 'zero9'"),
     (["parallel.sp=true"], "parallel.sp=true needs parallel.tp > 1"),
     (["parallel.tp=2"], "cosmoflow has no tensor-parallel plan"),
     (["parallel.tp=0"], "parallel.tp must be an integer >= 1"),
     (["parallel.pp=2"], "unknown key 'parallel.pp'"),
+    (["parallel.tp=4"], "parallel.tp=4 does not divide n_head = 2 of lm tiny"),
+    (["parallel.tp=2", "ranks=3"], "parallel.tp=2 does not divide ranks=3"),
+    (["parallel.tp=2", "ranks=4"], "parallel.data=ddp with tensor parallel"),
 ])
 def test_bad_parallel_values_are_one_line_exit_2(env, sets, fragment):
-    p = harness(env, "run", "cosmoflow", *[a for s in sets for a in ("--set", s)], timeout=120)
+    workload = "lm" if any("tp=4" in s or "ranks" in s for s in sets) else "cosmoflow"
+    p = harness(env, "run", workload, *[a for s in sets for a in ("--set", s)], timeout=120)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
     assert fragment in p.stderr
     assert not run_dirs(env)  # rejected before any record

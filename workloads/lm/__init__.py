@@ -100,6 +100,20 @@ class LM:
     def target_text(self, size: LMSize) -> str:
         return f"entropy rate of the data + {size.target_margin} nats/token"
 
+    def tensor_parallel_check(self, size: LMSize, tp: int, sp: bool) -> str | None:
+        from workloads.lm.parallel_plan import check
+        return check(size, tp, sp)
+
+    def tensor_parallel_plan(self, model, tp: int, sp: bool) -> dict:
+        """{module path: ParallelStyle}: Megatron's column -> row split of attention and MLP
+        (workloads/lm/parallel_plan.py)."""
+        from workloads.lm.parallel_plan import plan
+        return plan(model, tp, sp)
+
+    def tensor_parallel_volume(self, size: LMSize, batch: int, tp: int, sp: bool, act_bytes: int) -> dict:
+        from workloads.lm.parallel_plan import volume
+        return volume(size, batch, tp, sp, act_bytes)
+
     def fsdp_units(self, model):
         return list(model.h)  # the transformer blocks (torchtitan shards each block)
 

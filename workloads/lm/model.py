@@ -16,17 +16,20 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, s: LMSize):
         super().__init__()
         self.n_head = s.n_head
+        self.head_dim = s.d_model // s.n_head
         self.c_attn = nn.Linear(s.d_model, 3 * s.d_model)
         self.c_proj = nn.Linear(s.d_model, s.d_model)
         self.dropout = s.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        B, T, _ = x.shape
+        # chunk(3) and -1 heads: the same split as nanoGPT's split(C) on one device, and the
+        # local heads when c_attn is column-sharded over tensor-parallel ranks (parallel_plan.py)
+        q, k, v = self.c_attn(x).chunk(3, dim=2)
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, -1))
 
 
 class Block(nn.Module):
