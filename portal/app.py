@@ -10,5 +10,6 @@ pages = [
     st.Page("pages/runs.py", title="Runs"),
     st.Page("pages/run_detail.py", title="Run detail"),
     st.Page("pages/compare.py", title="Compare"),
+    st.Page("pages/parallelism.py", title="Parallelism"),
 ]
 st.navigation(pages).run()

@@ -50,3 +50,36 @@ def breakdown_bars(b: pd.DataFrame, title: str) -> go.Figure:
     fig.update_layout(title=title, barmode="stack", yaxis_title="share of step time (%)", yaxis_range=[0, 100],
                       height=380)
     return fig
+
+
+COLLECTIVE_COLORS = {"all_reduce": "#1565c0", "reduce_scatter": "#2e7d32", "all_gather": "#ef6c00",
+                     "all_to_all": "#6a1b9a", "broadcast": "#8d6e63", "send_recv": "#00838f"}
+
+
+def collective_bars(t: pd.DataFrame, collectives: tuple[str, ...], title: str) -> go.Figure:
+    """MiB per step by collective, per strategy: measured (solid) beside the analytic volume
+    (hatched), stacked by collective."""
+    fig = go.Figure()
+    for kind in collectives:
+        if f"{kind}_mib" not in t:
+            continue
+        for col, name, pattern in ((f"{kind}_mib", "measured", ""), (f"{kind}_theory_mib", "theory", "/")):
+            fig.add_bar(x=t["config"].tolist(), y=t[col].fillna(0).tolist(), name=f"{kind} ({name})",
+                        offsetgroup=name, marker=dict(color=COLLECTIVE_COLORS.get(kind, "#9e9e9e"),
+                                                      pattern_shape=pattern),
+                        hovertemplate=f"%{{x}}: {kind} {name} %{{y:.3f}} MiB<extra></extra>")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="MiB per training step (collective size S)",
+                      height=400, margin=dict(t=50, b=40))
+    return fig
+
+
+def memory_bars(t: pd.DataFrame, title: str) -> go.Figure:
+    """Model state per rank (parameters, gradients, optimizer state; stacked) per strategy."""
+    fig = go.Figure()
+    for part, color in (("params", "#1565c0"), ("grads", "#2e7d32"), ("optimizer", "#ef6c00")):
+        if f"{part}_mib_per_rank" in t:
+            fig.add_bar(x=t["config"].tolist(), y=t[f"{part}_mib_per_rank"].tolist(), name=part,
+                        marker_color=color, hovertemplate=f"%{{x}}: {part} %{{y:.2f}} MiB<extra></extra>")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="MiB per rank (largest rank)", height=380,
+                      margin=dict(t=50, b=40))
+    return fig

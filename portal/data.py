@@ -43,6 +43,11 @@ def geomeans(df: pd.DataFrame) -> pd.DataFrame:
     return report.geomean_table(df, n_boot=N_BOOT)
 
 
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner="Bootstrapping confidence intervals")
+def parallel(df: pd.DataFrame) -> pd.DataFrame:
+    return report.parallel_table(df, report.speedup_table(df, n_boot=N_BOOT))
+
+
 @st.cache_data(ttl=CACHE_TTL_S)
 def ttt_scores(df: pd.DataFrame) -> pd.DataFrame:
     return report.ttt_table(df)

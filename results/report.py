@@ -202,6 +202,61 @@ def ttt_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
+MATCH_TOL = 0.01  # measured bytes per step vs the analytic volume: deterministic, so 1% is generous
+
+
+def parallel_table(df: pd.DataFrame, speedups: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per parallel cell (strategy@ranks) of each workload/size/device: step time and
+    speedup over the one-rank baseline (same global batch), bytes per step by collective
+    measured beside the analytic volume, model-state and peak memory per rank, and the
+    verdicts on the textbook claims (bytes = theory; FSDP's state 1/n of DDP's, ZeRO-1's
+    optimizer state 1/n)."""
+    if df.empty:
+        return pd.DataFrame()
+    df = df.assign(config=label_configs(df)) if "config" not in df else df
+    cells = df[df["config"].astype(str).str.contains("@") & (df["status"] == schema.FINISHED)]
+    if cells.empty:
+        return pd.DataFrame()
+    speedups = speedup_table(df) if speedups is None else speedups
+    metrics = [c for c in cells.columns if c.startswith(("comm_", "mem_"))]
+    med = cells.groupby([*GROUP, "config"], as_index=False)[metrics + ["median_step_s"]].median(numeric_only=True)
+    rows = []
+    for _, r in med.iterrows():
+        key = {k: r[k] for k in (*GROUP, "config")}
+        row = {**key, "runs": int(((cells[list(key)] == pd.Series(key)).all(axis=1)).sum()),
+               "median_step_ms": 1000 * r["median_step_s"]}
+        sp = speedups[(speedups[list(key)] == pd.Series(key)).all(axis=1)] if not speedups.empty else speedups
+        if not sp.empty and "speedup" in sp:
+            row.update(speedup=sp["speedup"].iloc[0], ci_lo=sp["ci_lo"].iloc[0], ci_hi=sp["ci_hi"].iloc[0])
+        worst = 0.0
+        for kind in COLLECTIVES:
+            m, a = r.get(f"comm_{kind}_bytes_per_step"), r.get(f"comm_{kind}_analytic_bytes_per_step")
+            m = 0.0 if pd.isna(m) else m
+            a = 0.0 if pd.isna(a) else a
+            if m or a:
+                row[f"{kind}_mib"], row[f"{kind}_theory_mib"] = m / 2 ** 20, a / 2 ** 20
+                worst = max(worst, abs(m - a) / max(a, 1.0))
+        row["bytes_match_theory"] = "yes" if worst <= MATCH_TOL else f"no ({worst:.1%} off)"
+        for part in ("model_state", "params", "grads", "optimizer", "peak"):
+            v = r.get(f"mem_{part}_bytes_per_rank")
+            if v is not None and not pd.isna(v):
+                row[f"{part}_mib_per_rank"] = v / 2 ** 20
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    # the sharding claims, against DDP at the same rank count
+    for i, row in out.iterrows():
+        strategy, _, ranks = str(row["config"]).partition("@")
+        ddp = out[(out[GROUP] == row[GROUP]).all(axis=1) & (out["config"] == f"ddp@{ranks}")]
+        if ddp.empty or strategy not in ("fsdp", "zero1"):
+            continue
+        part = "model_state" if strategy == "fsdp" else "optimizer"
+        ratio = row[f"{part}_mib_per_rank"] / ddp[f"{part}_mib_per_rank"].iloc[0]
+        out.loc[i, "claim"] = (f"{'model state' if part == 'model_state' else 'optimizer state'} per rank = "
+                               f"{ratio:.3f} of DDP's (theory 1/{ranks} = {1 / int(ranks):.3f})")
+    return out
+
+
 def _fmt(v, lo, hi) -> str:
     return "" if pd.isna(v) else f"{v:.2f}x [{lo:.2f}, {hi:.2f}]"
 
@@ -235,6 +290,21 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
                       _fmt(r.get("add_one_in"), r.get("add_lo"), r.get("add_hi")),
                       _fmt(r.get("leave_one_out"), r.get("loo_lo"), r.get("loo_hi")))
         console.print(a)
+    par = parallel_table(df, table)
+    if not par.empty:
+        pt = Table(title="parallel strategies: bytes per step by collective (measured | theory), memory per rank")
+        for col in ("workload", "config", "step (ms)", "speedup vs 1 rank", "collectives MiB/step (measured | theory)",
+                    "= theory", "model state MiB/rank", "peak MiB/rank", "claim"):
+            pt.add_column(col)
+        for _, r in par.iterrows():
+            comm = ", ".join(f"{k} {r[k + '_mib']:.3f} | {r[k + '_theory_mib']:.3f}" for k in COLLECTIVES
+                             if k + "_mib" in r and not pd.isna(r[k + "_mib"]))
+            pt.add_row(f"{r['workload']}/{r['size']}", r["config"], f"{r['median_step_ms']:.1f}",
+                       _fmt(r.get("speedup"), r.get("ci_lo"), r.get("ci_hi")), comm, r["bytes_match_theory"],
+                       f"{r.get('model_state_mib_per_rank', float('nan')):.2f}",
+                       f"{r.get('peak_mib_per_rank', float('nan')):.0f}",
+                       r["claim"] if isinstance(r.get("claim"), str) else "")
+        console.print(pt)
     geo = geomean_table(df)
     if not geo.empty:
         gt = Table(title="geomean speedup across workloads")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,30 +31,37 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def portal_url(seeded):  # noqa: F811
-    root = seeded[0]
+@contextmanager
+def serve(results_root: Path):
+    """`streamlit run portal/app.py` on a free loopback port over this results folder."""
     port = _free_port()
-    env = dict(os.environ, HARNESS_RESULTS=str(root), PYTHONPATH=str(REPO))
+    env = dict(os.environ, HARNESS_RESULTS=str(results_root), PYTHONPATH=str(REPO))
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "portal" / "app.py"),
                              "--server.address", "127.0.0.1", "--server.port", str(port),
                              "--server.headless", "true", "--browser.gatherUsageStats", "false"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not become healthy in 60 s")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("streamlit did not become healthy in 60 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def portal_url(seeded):  # noqa: F811
+    with serve(seeded[0]) as url:
+        yield url
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")

@@ -1,0 +1,89 @@
+"""The Parallelism page says what results computes from the same store (AppTest), and renders
+in a real browser; a parallel sweep (one-rank baseline, ddp, zero1, fsdp at 2 ranks under
+mpiexec) seeds the store."""
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from results import report
+from tests.conftest import REPO, harness
+
+APP = str(REPO / "portal" / "app.py")
+
+
+@pytest.fixture(scope="module")
+def parallel_store(tmp_path_factory, data_root):
+    base = tmp_path_factory.mktemp("portal-parallel")
+    root = base / "results"
+    env = dict(os.environ, HARNESS_RESULTS=str(root), HARNESS_DATA=str(data_root), PYTHONPATH=str(REPO))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    sweep = base / "par.yaml"
+    sweep.write_text(textwrap.dedent("""
+        name: par
+        workloads: [lm]
+        repeats: 1
+        matrix: [baseline]
+        parallel: [{data: ddp}, {data: zero1}, {data: fsdp}]
+        ranks: [2]
+        base: {steps: 4, warmup_steps: 1, profile_steps: 0}
+    """))
+    p = harness(env, "sweep", str(sweep), timeout=900)
+    assert p.returncode == 0, p.stderr
+    assert "model state per rank = 0.500 of DDP's" in p.stdout  # the terminal summary's claim
+    return root
+
+
+@pytest.mark.slow
+def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_store):
+    monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page("pages/parallelism.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = at.dataframe[0].value.set_index("config")
+    want = report.parallel_table(report.records_frame(parallel_store / "runs")).set_index("config")
+    assert sorted(shown.index) == ["ddp@2", "fsdp@2", "zero1@2"]
+    for config in shown.index:
+        assert shown.loc[config, "bytes_match_theory"] == "yes"
+        for col in ("all_reduce_mib", "all_gather_mib", "reduce_scatter_mib", "broadcast_mib",
+                    "model_state_mib_per_rank", "optimizer_mib_per_rank"):
+            if col in want and not want[col].isna()[config]:
+                assert shown.loc[config, col] == pytest.approx(want.loc[config, col], rel=1e-6), (config, col)
+    assert shown.loc["fsdp@2", "claim"].startswith("model state per rank = 0.500 of DDP's")
+    assert shown.loc["zero1@2", "claim"].startswith("optimizer state per rank = 0.500 of DDP's")
+    text = " ".join(str(c.value) for c in at.caption)
+    assert "same global batch as the one-rank baseline" in text and "DeltaGenerator" not in text
+    assert len(at.get("plotly_chart")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(shutil.which("chromium") or "/usr/bin/chromium").exists(),
+                    reason="Debian chromium not installed (make system-deps)")
+def test_parallelism_page_in_chromium(parallel_store):
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, ARTIFACTS, serve
+    with serve(parallel_store) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.goto(f"{url}/parallelism")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
+        page.wait_for_timeout(500)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "parallelism.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        body = page.inner_text("body")
+        assert "Parallelism: strategies, collectives and memory" in body
+        assert "same global batch as the one-rank baseline" in body
+        assert "DeltaGenerator" not in body
+        legend = page.inner_text(".js-plotly-plot")
+        assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
+        browser.close()
