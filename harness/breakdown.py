@@ -1,6 +1,8 @@
 """Where a training step's time goes, from torch.profiler: data wait, compute-bound ops (matmul,
 convolution, attention), memory-bound ops (normalisation, pointwise, softmax, copies and layout
-transforms), optimizer, and other (framework overhead, Python, idle).
+transforms), optimizer, communication (c10d / gloo / NCCL collectives and their waits: what the
+calling thread spends in them; collectives that overlap backward in other threads or streams
+cost only their waits here), and other (framework overhead, Python, idle).
 
 It runs as a short profiled phase after the timed steps, never during them (the profiler's own
 overhead would pollute the step times). The point, from MLPerf HPC and "Data Movement Is All You
@@ -21,7 +23,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 DATA_RANGE = "harness.data_wait"
-CLASSES = ("data_wait", "compute_bound", "memory_bound", "optimizer", "other")
+CLASSES = ("data_wait", "compute_bound", "memory_bound", "optimizer", "communication", "other")
+# not bare "broadcast": aten::broadcast_tensors is a memory op in the losses
+_COMM = re.compile(r"c10d|gloo|nccl|record_param_comms|wait_tensor|allreduce|all_reduce|allgather|all_gather|"
+                   r"reduce_scatter|alltoall|all_to_all", re.I)
 _COMPUTE = re.compile(r"(^|::|_)(mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|convolution\w*|_convolution\w*|"
                       r"mkldnn_convolution\w*|cudnn_convolution\w*|scaled_dot_product\w*|\w*flash_attention\w*|"
                       r"\w*efficient_attention\w*|gemm\w*|\w*sgemm\w*)$|gemm|cutlass|xmma|wgrad|dgrad|fprop",
@@ -33,7 +38,9 @@ _MEMORY = re.compile(r"norm|softmax|copy|contiguous|clone|cat|stack|reorder|tran
 
 
 def classify(name: str) -> str:
-    """compute_bound | memory_bound | other, from an aten op or kernel name."""
+    """communication | compute_bound | memory_bound | other, from an aten op or kernel name."""
+    if _COMM.search(name):
+        return "communication"
     if _COMPUTE.search(name):
         return "compute_bound"
     if _MEMORY.search(name):

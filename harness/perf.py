@@ -1,6 +1,7 @@
 """`make perf`: benchmarks, not tests. Figures go to results/perf/perf.json (and stdout).
 
 loader_throughput, dali_tuning: harness/perf_loader.py.
+parallel_strategies: harness/perf_parallel.py (zero1, fsdp, tp, tp+sp against DDP at 2 ranks).
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import data, envinfo, loop, perf_loader, perf_mpi, registry
+from harness import data, envinfo, loop, perf_loader, perf_mpi, perf_parallel, registry
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.record import RunRecord
@@ -132,7 +133,7 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "dali_tuning": perf_loader.dali_tuning,
               "data_wait_share": data_wait_share, "staging_throughput": perf_mpi.staging_throughput,
               "ddp_scaling": perf_mpi.ddp_scaling, "ingest_rate": results_perf.ingest_rate,
-              "portal_render": portal_render}
+              "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ def attribution_bars(a: pd.DataFrame, title: str) -> go.Figure:
 
 BREAKDOWN = (("time_frac_data_wait", "data wait", "#8d6e63"), ("time_frac_compute_bound", "compute-bound", "#1565c0"),
              ("time_frac_memory_bound", "memory-bound", "#ef6c00"), ("time_frac_optimizer", "optimizer", "#6a1b9a"),
+             ("time_frac_communication", "communication", "#00838f"),
              ("time_frac_other", "other", "#9e9e9e"))
 
 

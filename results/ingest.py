@@ -26,7 +26,8 @@ SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
                    "mfu_measured_pct", "mfu_vendor_pct", "time_frac_data_wait", "time_frac_compute_bound",
-                   "time_frac_memory_bound", "time_frac_optimizer", "time_frac_other", "converged")
+                   "time_frac_memory_bound", "time_frac_optimizer", "time_frac_communication", "time_frac_other",
+                   "converged")
 
 
 _EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process

@@ -44,7 +44,7 @@ def _json(path: Path) -> Any:
 # the new names, so every reader sees one spelling.
 RENAMED = {"peak_flops_measured": "peak_flop_per_s_measured", "peak_flops_vendor": "peak_flop_per_s_vendor",
            **{f"share_{c}": f"time_frac_{c}" for c in
-              ("data_wait", "compute_bound", "memory_bound", "optimizer", "other")}}
+              ("data_wait", "compute_bound", "memory_bound", "optimizer", "other")}}  # as written then
 RENAMED_FROM = {new: old for old, new in RENAMED.items()}
 
 

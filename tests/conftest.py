@@ -45,3 +45,16 @@ def tiny_dataset(data_root: Path, name: str) -> Path:
 
 def run_dirs(env: dict[str, str]) -> list[Path]:
     return sorted((Path(env["HARNESS_RESULTS"]) / "runs").glob("*"))
+
+
+def sweep_store(base: Path, data_root: Path, sweep_yaml: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """(results folder, the sweep's process): a store seeded by running a real sweep file."""
+    import textwrap
+    root = base / "results"
+    env = dict(os.environ, HARNESS_RESULTS=str(root), HARNESS_DATA=str(data_root), PYTHONPATH=str(REPO))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    sweep = base / "sweep.yaml"
+    sweep.write_text(textwrap.dedent(sweep_yaml))
+    p = harness(env, "sweep", str(sweep), timeout=900)
+    assert p.returncode == 0, p.stderr
+    return root, p

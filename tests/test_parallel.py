@@ -176,3 +176,12 @@ def test_records_before_the_parallel_section_keep_their_variant_ids():
     assert "parallel" in cfg.to_dict() and cfg.variant_hash() == "bb388c19df"  # the id it had before
     assert cfg.with_overrides(["parallel.data=fsdp"]).variant_hash() != cfg.variant_hash()
     json.dumps(cfg.to_dict())
+
+
+def test_profiler_breakdown_names_communication():
+    from harness.breakdown import CLASSES, classify
+    assert "communication" in CLASSES
+    for name in ("c10d::allreduce_", "gloo:all_reduce", "record_param_comms", "c10d::_allgather_base_",
+                 "_c10d_functional::wait_tensor", "nccl:all_reduce"):
+        assert classify(name) == "communication", name
+    assert classify("aten::addmm") == "compute_bound" and classify("aten::broadcast_tensors") != "communication"

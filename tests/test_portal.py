@@ -3,9 +3,7 @@ dir, seeded with a real tiny sweep plus crafted failure records (one with a host
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import textwrap
 
 import plotly.io
 import pytest
@@ -13,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from results import report
 from results.ingest import ingest_all
-from tests.conftest import REPO, harness, run_dirs
+from tests.conftest import REPO, sweep_store
 
 APP = str(REPO / "portal" / "app.py")
 XSS = "<script>alert(1)</script>"
@@ -21,22 +19,15 @@ XSS = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory, data_root):
-    base = tmp_path_factory.mktemp("portal")
-    root = base / "results"
-    env = dict(os.environ, HARNESS_RESULTS=str(root), HARNESS_DATA=str(data_root), PYTHONPATH=str(REPO))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    sweep = base / "portal.yaml"
-    sweep.write_text(textwrap.dedent("""
+    root, _ = sweep_store(tmp_path_factory.mktemp("portal"), data_root, """
         name: portal
         workloads: [cosmoflow]
         repeats: 2
         matrix: [baseline, add_one_in, all_on]
         toggles: [channels_last, dali, cuda_graphs]
         base: {steps: 4, warmup_steps: 1}
-    """))
-    p = harness(env, "sweep", str(sweep), timeout=900)
-    assert p.returncode == 0, p.stderr
-    real = run_dirs(env)[0]
+    """)
+    real = sorted((root / "runs").glob("*"))[0]
     crafted = real.with_name(real.name + "-crafted")  # a failed run with a hostile sweep name and reason
     shutil.copytree(real, crafted)
     cfg = json.loads((crafted / "config.json").read_text())

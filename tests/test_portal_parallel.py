@@ -3,28 +3,21 @@ in a real browser; a parallel sweep (one-rank baseline, ddp, zero1, fsdp at 2 ra
 mpiexec) seeds the store."""
 from __future__ import annotations
 
-import os
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from results import report
-from tests.conftest import REPO, harness
+from tests.conftest import REPO, sweep_store
 
 APP = str(REPO / "portal" / "app.py")
 
 
 @pytest.fixture(scope="module")
 def parallel_store(tmp_path_factory, data_root):
-    base = tmp_path_factory.mktemp("portal-parallel")
-    root = base / "results"
-    env = dict(os.environ, HARNESS_RESULTS=str(root), HARNESS_DATA=str(data_root), PYTHONPATH=str(REPO))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    sweep = base / "par.yaml"
-    sweep.write_text(textwrap.dedent("""
+    root, p = sweep_store(tmp_path_factory.mktemp("portal-parallel"), data_root, """
         name: par
         workloads: [lm]
         repeats: 1
@@ -32,9 +25,7 @@ def parallel_store(tmp_path_factory, data_root):
         parallel: [{data: ddp}, {data: zero1}, {data: fsdp}]
         ranks: [2]
         base: {steps: 4, warmup_steps: 1, profile_steps: 0}
-    """))
-    p = harness(env, "sweep", str(sweep), timeout=900)
-    assert p.returncode == 0, p.stderr
+    """)
     assert "model state per rank = 0.500 of DDP's" in p.stdout  # the terminal summary's claim
     return root
 
