@@ -32,7 +32,7 @@ from harness.parallel import data_shard
 from harness.timing import now, sync
 
 
-ACCOUNT_STEPS = 3  # steps measured for the parallel accounting (after DDP's bucket rebuild at step 1)
+ACCOUNT_STEPS = 3  # parallel accounting: one plain step (peak RSS), two measured (collectives, tensor memory)
 
 
 class Diverged(RuntimeError):

@@ -320,15 +320,47 @@ def peak_memory_bytes(device: torch.device) -> int | None:
     return None
 
 
+def _peak_tensor_bytes(prof) -> int | None:
+    """Peak of live tensor bytes on the CPU over a profiled span, from the profiler's memory
+    timeline (what export_memory_timeline draws: parameters, gradients, optimizer state,
+    activations, temporaries): the CPU counterpart of CUDA's max_memory_allocated, without
+    the allocator's cached pages and the libraries that make up most of a CPU process's RSS."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/memory.json"
+        try:
+            prof.export_memory_timeline(path, device="cpu")
+            _, sizes = json.loads(open(path).read())
+        except Exception:  # noqa: BLE001 - a profiler that can't categorise memory: no figure, said so
+            return None
+    return int(max((sum(s) for s in sizes), default=0))
+
+
 def account(ts, batches: list, world: int) -> dict:
     """What the strategy cost, measured over a few training steps after the timed ones (they
     issue the same collectives as every steady step): collectives per step beside the analytic
-    volume, model-state bytes and peak memory of every rank (one all_gather_object)."""
+    volume, model-state bytes and peak memory of every rank (one all_gather_object). Peak
+    memory: CUDA's allocator peak on a GPU; on CPU the peak of live tensor bytes from the
+    profiler's memory timeline, and the process's peak RSS (VmHWM) over a plain step before
+    them (the profiler's own memory would inflate it)."""
     import torch.distributed as td
+    step = lambda b: ts(*ts.prepare(*b))  # noqa: E731
     can_reset = reset_peak_memory(ts.device)
-    steps = measure_step_comms(lambda b: ts(*ts.prepare(*b)), batches)
+    if ts.device.type == "cuda":
+        steps, tensor_peak = measure_step_comms(step, batches), None
+        rss = peak_memory_bytes(ts.device) if can_reset else None
+    else:
+        step(batches[0])
+        rss = peak_memory_bytes(ts.device) if can_reset else None
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                     with_stack=True) as prof:
+            steps = measure_step_comms(step, batches[1:])
+        tensor_peak = _peak_tensor_bytes(prof)
     mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer),
-            "peak_memory": peak_memory_bytes(ts.device) if can_reset else None}
+            "peak_memory": rss if ts.device.type == "cuda" else tensor_peak,
+            "peak_rss": None if ts.device.type == "cuda" else rss}
     every: list = [None] * world
     td.all_gather_object(every, mine)
     return {"strategy": ts.cfg.parallel.label(), "world": world, "steps_measured": len(steps),
@@ -337,7 +369,9 @@ def account(ts, batches: list, world: int) -> dict:
                                                 local_batch=len(batches[0][0]), act_bytes=4 if ts.dtype == "fp32" else 2),
             "model_state_per_rank": [e["model_state"] for e in every],
             "peak_memory_per_rank": [e["peak_memory"] for e in every],
-            "peak_memory_kind": "cuda max_memory_allocated" if ts.device.type == "cuda" else "VmHWM (peak RSS)"}
+            "peak_rss_per_rank": [e["peak_rss"] for e in every],
+            "peak_memory_kind": ("cuda max_memory_allocated" if ts.device.type == "cuda"
+                                 else "live tensor bytes (profiler memory timeline)")}
 
 
 def summary_figures(acc: dict) -> dict[str, float]:
@@ -359,7 +393,9 @@ def summary_figures(acc: dict) -> dict[str, float]:
     out["mem_model_state_bytes_per_rank"] = max(states)
     for part in ("params", "grads", "optimizer"):
         out[f"mem_{part}_bytes_per_rank"] = max(s[part] for s in acc["model_state_per_rank"])
-    peaks = [p for p in acc["peak_memory_per_rank"] if p is not None]
-    if peaks:
-        out["mem_peak_bytes_per_rank"] = max(peaks)
+    for key, name in (("peak_memory_per_rank", "mem_peak_bytes_per_rank"),
+                      ("peak_rss_per_rank", "mem_peak_rss_bytes_per_rank")):
+        peaks = [p for p in acc.get(key, []) if p is not None]
+        if peaks:
+            out[name] = max(peaks)
     return out

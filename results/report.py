@@ -238,7 +238,7 @@ def parallel_table(df: pd.DataFrame, speedups: pd.DataFrame | None = None) -> pd
                 row[f"{kind}_mib"], row[f"{kind}_theory_mib"] = m / 2 ** 20, a / 2 ** 20
                 worst = max(worst, abs(m - a) / max(a, 1.0))
         row["bytes_match_theory"] = "yes" if worst <= MATCH_TOL else f"no ({worst:.1%} off)"
-        for part in ("model_state", "params", "grads", "optimizer", "peak"):
+        for part in ("model_state", "params", "grads", "optimizer", "peak", "peak_rss"):
             v = r.get(f"mem_{part}_bytes_per_rank")
             if v is not None and not pd.isna(v):
                 row[f"{part}_mib_per_rank"] = v / 2 ** 20

@@ -25,13 +25,15 @@ st.caption("Every strategy trains the same global batch as the one-rank baseline
            "(torch's CommDebugMode) and set beside the analytic volume for the strategy; on the wire each "
            "rank moves S x 2(n-1)/n for an all-reduce, S x (n-1)/n for all-gather and reduce-scatter "
            "(nccl-tests' bus bandwidth convention). Memory: this rank's parameters, gradients and optimizer "
-           "state (local shards), and the peak resident set (CPU: VmHWM, libraries included) or the CUDA "
-           "allocator's peak.")
+           "state (local shards); peak = live tensor bytes at their peak (CPU: the profiler's memory timeline; "
+           "GPU: the CUDA allocator's peak), peak_rss = the process's peak resident set (VmHWM, libraries "
+           "included).")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} {size} ({device})")
     cols = [c for c in ("config", "runs", "median_step_ms", "speedup", "ci_lo", "ci_hi", "bytes_match_theory",
                         *[f"{k}_{s}" for k in COLLECTIVES for s in ("mib", "theory_mib")],
-                        "model_state_mib_per_rank", "optimizer_mib_per_rank", "peak_mib_per_rank", "claim")
+                        "model_state_mib_per_rank", "optimizer_mib_per_rank", "peak_mib_per_rank",
+                        "peak_rss_mib_per_rank", "claim")
             if c in t and t[c].notna().any()]
     st.dataframe(t[cols], hide_index=True, width="stretch")
     c1, c2 = st.columns(2)
