@@ -320,21 +320,21 @@ def peak_memory_bytes(device: torch.device) -> int | None:
     return None
 
 
-def _peak_tensor_bytes(prof) -> int | None:
-    """Peak of live tensor bytes on the CPU over a profiled span, from the profiler's memory
-    timeline (what export_memory_timeline draws: parameters, gradients, optimizer state,
-    activations, temporaries): the CPU counterpart of CUDA's max_memory_allocated, without
-    the allocator's cached pages and the libraries that make up most of a CPU process's RSS."""
-    import json
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/memory.json"
-        try:
-            prof.export_memory_timeline(path, device="cpu")
-            _, sizes = json.loads(open(path).read())
-        except Exception:  # noqa: BLE001 - a profiler that can't categorise memory: no figure, said so
-            return None
-    return int(max((sum(s) for s in sizes), default=0))
+def _peak_tensor_bytes(prof, held_at_start: int) -> int:
+    """Peak of live tensor bytes on the CPU over a profiled span: the profiler's allocation and
+    free events ([memory], profile_memory=True) added up in time order, over the model state
+    held when the span starts (parameters, gradients, optimizer state). The CPU counterpart of
+    CUDA's max_memory_allocated, without the allocator's cached pages and the libraries that
+    make up most of a CPU process's RSS. (export_memory_timeline's data-flow pass asserts on
+    FSDP2's in-place all-gather outputs in torch 2.13, so the raw events are used.)"""
+    # every allocation (+bytes) and free (-bytes); prof.events() keeps only the unattached ones
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return held_at_start + peak
 
 
 def account(ts, batches: list, world: int) -> dict:
@@ -354,10 +354,10 @@ def account(ts, batches: list, world: int) -> dict:
         step(batches[0])
         rss = peak_memory_bytes(ts.device) if can_reset else None
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                     with_stack=True) as prof:
+        held = sum(model_state_bytes(ts.eval_model, ts.optimizer).values())
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             steps = measure_step_comms(step, batches[1:])
-        tensor_peak = _peak_tensor_bytes(prof)
+        tensor_peak = _peak_tensor_bytes(prof, held)
     mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer),
             "peak_memory": rss if ts.device.type == "cuda" else tensor_peak,
             "peak_rss": None if ts.device.type == "cuda" else rss}
