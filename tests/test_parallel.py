@@ -51,10 +51,21 @@ def _run_strategy(env, one_rank, workload, data, ranks=2, extra=()):
     return schema.read_record(d, with_metrics=True)
 
 
+@pytest.fixture(scope="module")
+def data_strategies(one_rank, data_root, tmp_path_factory):
+    """ddp, zero1 and fsdp on LM tiny at 2 ranks, each gated against the one-rank run."""
+    import os
+    results = tmp_path_factory.mktemp("strategies")
+    env = {**os.environ, "HARNESS_RESULTS": str(results), "HARNESS_DATA": str(data_root), "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return {d: _run_strategy(env, one_rank, "lm", d, extra=("--set", f"reference_run={one_rank}"))
+            for d in ("ddp", "zero1", "fsdp")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("data", ["ddp", "zero1", "fsdp"])
-def test_strategy_matches_one_rank_and_accounts_every_byte(data, env, one_rank):
-    rec = _run_strategy(env, one_rank, "lm", data, extra=("--set", f"reference_run={one_rank}"))
+def test_strategy_matches_one_rank_and_accounts_every_byte(data, data_strategies, one_rank):
+    rec = data_strategies[data]
     assert rec["status"]["status"] == "finished", rec["status"]  # the gate passed: same losses as one rank
     ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
     ours = [m["loss"] for m in rec["metrics"] if m["kind"] == "step"]
@@ -71,8 +82,8 @@ def test_strategy_matches_one_rank_and_accounts_every_byte(data, env, one_rank):
 
 
 @pytest.mark.slow
-def test_sharding_divides_model_state_per_rank(env, one_rank):
-    summaries = {d: _run_strategy(env, one_rank, "lm", d)["summary"] for d in ("ddp", "zero1", "fsdp")}
+def test_sharding_divides_model_state_per_rank(data_strategies):
+    summaries = {d: rec["summary"] for d, rec in data_strategies.items()}
     state = {d: s["parallel"]["model_state_per_rank"][0] for d, s in summaries.items()}
     full = state["ddp"]
     # live tensor bytes at their peak (profiler memory timeline): sharding lowers it
