@@ -23,9 +23,21 @@ NAMES = registry.names()
 GOLDEN = Path(__file__).parent / "golden"
 
 
+class _Roots(dict):
+    """Tiny dataset per workload, generated on first use (a `-k NAME` run makes only its own)."""
+
+    def __init__(self, data_root):
+        super().__init__()
+        self.data_root = data_root
+
+    def __missing__(self, name):
+        self[name] = tiny_dataset(self.data_root, name)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def roots(data_root):
-    return {name: tiny_dataset(data_root, name) for name in NAMES}
+    return _Roots(data_root)
 
 
 def _first_batch(wl, root, n=4):
