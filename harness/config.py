@@ -87,6 +87,20 @@ class Parallel:
     def is_default(self) -> bool:
         return self == Parallel()
 
+    def layout_problem(self, ranks: int) -> str | None:
+        """Why this section can't lay out over `ranks` ranks, or None. Checked by RunConfig when
+        ranks is given and by the runner against the launched world (harness/parallel.py)."""
+        if ranks == 1 and not self.is_default():
+            what = f"data={self.data}" if self.data != "ddp" else f"tp={self.tp}"
+            return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
+        if ranks % self.tp:
+            valid = ", ".join(str(t) for t in range(1, ranks + 1) if ranks % t == 0)
+            return f"parallel.tp={self.tp} does not divide ranks={ranks}; valid: {valid}"
+        if self.tp > 1 and ranks > self.tp and self.data != "fsdp":
+            return (f"parallel.data={self.data} with tensor parallel on {ranks} ranks: DDP and ZeRO-1 do not compose "
+                    f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp for dp x tp")
+        return None
+
     def label(self) -> str:
         """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2 ..."""
         tp = f"tp{self.tp}{'+sp' if self.sp else ''}" if self.tp > 1 else ""
@@ -173,11 +187,11 @@ class RunConfig:
             problem = wl.tensor_parallel_check(wl.sizes[self.size], self.parallel.tp, self.parallel.sp)
             if problem:
                 raise UsageError(problem)
-        if self.ranks and self.ranks % self.parallel.tp:
-            raise UsageError(f"parallel.tp={self.parallel.tp} does not divide ranks={self.ranks}")
-        if self.parallel.tp > 1 and self.parallel.data != "fsdp" and self.ranks > self.parallel.tp:
-            raise UsageError(f"parallel.data={self.parallel.data} with tensor parallel: DDP and ZeRO-1 do not compose "
-                             f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp for dp x tp")
+        # one rank is refused by the runner (a failed record says so), not here: the runner
+        # itself fills in ranks=1 for a plain launch
+        problem = self.parallel.layout_problem(self.ranks) if self.ranks > 1 else None
+        if problem:
+            raise UsageError(problem)
 
     # -- derived -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

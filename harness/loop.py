@@ -209,13 +209,15 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
 def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> None:
     """Measurements that must not touch the timed steps or the MLPerf clock: the bottleneck
     breakdown (a short profiled phase) and the device's peak FLOP/s for MFU."""
-    from harness import breakdown, parallel, peak
+    from harness import breakdown, comm_accounting, peak
     if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
                                   ACCOUNT_STEPS, *data_shard(cfg, dist))
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
-            rec.info["parallel"] = parallel.account(ts, [next(loader) for _ in plan], dist.world)
+            acc = comm_accounting.account(ts, [next(loader) for _ in plan], dist.world)
+            rec.info["parallel"] = acc
+            rec.info.update(comm_accounting.summary_figures(acc))  # flat comm_*/mem_* keys for MLflow
         finally:
             loader.close()
     if cfg.profile_steps:

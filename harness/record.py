@@ -81,9 +81,6 @@ class RunRecord:
             out["final_loss"] = self.steps[-1]["loss"]
         if self.evals:
             out["quality"] = self.evals[-1]["quality"]
-        if "parallel" in self.info:
-            from harness.parallel import summary_figures
-            out.update(summary_figures(self.info["parallel"]))
         for cls, share in self.info.get("breakdown", {}).get("shares", {}).items():
             out[f"time_frac_{cls}"] = share  # fraction of the profiled step time
         return out

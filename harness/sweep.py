@@ -242,7 +242,6 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     import json
     import time
 
-    from harness.dist import default_device
     from harness.launch import schedulers
     from harness.launch.backend import SweepPlan, launch, safe
     from results.paths import results_root
@@ -262,13 +261,13 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
             raise UsageError(f"no earlier run of sweep {sw.name!r} under {runs_root} to rerun")
         cells_file = results / "sweeps" / safe(sweep_id) / "cells.json"
         cells = (json.loads(cells_file.read_text()) if cells_file.exists()  # else: a sweep from before cells.json
-                 else plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site, default_device), _ranks(site)))
+                 else plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site)))
         done = existing_records(runs_root, sweep_id)
         todo = [i for i, c in enumerate(cells)
                 if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
     else:
         sweep_id = f"{sw.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-        cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site, default_device), _ranks(site))
+        cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site))
         todo = list(range(len(cells)))
     print(f"sweep {sweep_id}: {len(cells) // sw.repeats} configurations x {sw.repeats} repeats, "
           f"interleaved; {len(todo)} to run")
@@ -280,8 +279,10 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     return 0
 
 
-def _device(site, default_device) -> str:
+def _device(site) -> str:
+    """This machine's device for local cells; the site's (GPUs or not) for a cluster's."""
     if site is None or site.scheduler == "local":
+        from harness.dist import default_device
         return default_device()
     return "cuda" if site.gpus_per_node else "cpu"
 

@@ -257,6 +257,18 @@ def parallel_table(df: pd.DataFrame, speedups: pd.DataFrame | None = None) -> pd
     return out
 
 
+def verdict_line(r) -> str:
+    """One parallel_table row in words: 'fsdp@2: 75.2 ms/step, 0.50x [0.40, 0.61] vs 1 rank;
+    bytes per step = theory: yes; model state per rank = 0.500 of DDP's (...)'."""
+    parts = [f"{r['config']}: {r['median_step_ms']:.1f} ms/step"]
+    if not pd.isna(r.get("speedup")):
+        parts[0] += f", {_fmt(r['speedup'], r['ci_lo'], r['ci_hi'])} vs 1 rank"
+    parts.append(f"bytes per step = theory: {r['bytes_match_theory']}")
+    if isinstance(r.get("claim"), str):
+        parts.append(r["claim"])
+    return "; ".join(parts)
+
+
 def _fmt(v, lo, hi) -> str:
     return "" if pd.isna(v) else f"{v:.2f}x [{lo:.2f}, {hi:.2f}]"
 

@@ -52,6 +52,8 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
     text = " ".join(str(c.value) for c in at.caption)
     assert "same global batch as the one-rank baseline" in text and "DeltaGenerator" not in text
     assert len(at.get("plotly_chart")) == 2
+    shown_text = at.text[0].value.splitlines()
+    assert shown_text == [report.verdict_line(r) for _, r in want.reset_index().iterrows()]
 
 
 @pytest.mark.slow
@@ -75,6 +77,10 @@ def test_parallelism_page_in_chromium(parallel_store):
         assert "Parallelism: strategies, collectives and memory" in body
         assert "same global batch as the one-rank baseline" in body
         assert "DeltaGenerator" not in body
+        want = report.parallel_table(report.records_frame(parallel_store / "runs"))
+        for _, r in want.iterrows():  # every verdict line, numbers included, as results computes it
+            assert report.verdict_line(r) in body, report.verdict_line(r)
+        assert "fsdp@2:" in body and "model state per rank = 0.500 of DDP's" in body
         legend = page.inner_text(".js-plotly-plot")
         assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
         browser.close()

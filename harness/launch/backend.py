@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -51,8 +51,6 @@ class SweepPlan:
     results: Path
     rerun: bool = False
     python: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    """HARNESS_* and MLFLOW_* variables every job gets."""
 
     @property
     def dir(self) -> Path:

@@ -93,7 +93,7 @@ class LocalBackend:
         bar = self._progress()
         what = f"{cell['label']} r{cfg['repeat']}"
         bar.update(self._task, cell=f"{cfg['workload']}/{cfg['size']} {what}")
-        env = {**os.environ, **plan.env, "HARNESS_SCHEDULER": self.name, "HARNESS_JOB_ID": f"{plan.sweep_id}#{i}"}
+        env = {**os.environ, "HARNESS_SCHEDULER": self.name, "HARNESS_JOB_ID": f"{plan.sweep_id}#{i}"}
         status = _run(command, env, cell, bar.console, what)
         self.statuses.append(status)
         bar.advance(self._task)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from portal import charts, data
-from results.report import COLLECTIVES
+from results.report import COLLECTIVES, verdict_line
 
 st.title("Parallelism: strategies, collectives and memory")
 df = data.load_or_stop()
@@ -36,6 +36,7 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
                         "peak_rss_mib_per_rank", "claim")
             if c in t and t[c].notna().any()]
     st.dataframe(t[cols], hide_index=True, width="stretch")
+    st.text("\n".join(verdict_line(r) for _, r in t.iterrows()))  # the verdicts as text (readable, searchable)
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.collective_bars(t, COLLECTIVES, "collectives per step: measured vs theory"),
                     width="stretch")
