@@ -15,7 +15,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
 .PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean \
-        submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak parallel
+        submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak parallel comm
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
@@ -32,6 +32,9 @@ sweep: setup            ## make sweep SWEEP=path/to/sweep.yaml
 
 parallel: setup         ## parallel strategies (ddp, zero1, fsdp, tp, tp+sp, dp x tp) under mpiexec [SWEEP_PARALLEL=...]
 	$(PY) -m harness sweep $(or $(SWEEP_PARALLEL),harness/sweeps/parallel-cpu.yaml)
+
+comm: setup             ## make comm RANKS=4 [COMM_ARGS="-e 64M --dtypes float32,bfloat16"]: collectives benchmark (gloo, MPI) under mpiexec
+	$(VENV)/bin/mpiexec -n $(or $(RANKS),2) $(PY) -m harness comm $(COMM_ARGS)
 
 rerun-failed: setup     ## rerun only the failed/killed/missing cells of the latest SWEEP run
 	$(PY) -m harness sweep $(SWEEP) --rerun-failed

@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.config import RunConfig, UsageError, settable_keys
 from harness.dist import default_device
 from results import toggles as toggle_decl
+from results.collectives import COLLECTIVES
 from results.paths import results_root
 
 
@@ -65,6 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     k = sub.add_parser("check-logs", help="run the MLPerf compliance checker on time-to-train logs")
     k.add_argument("logs", nargs="*", help="mlperf.log files (default: every finished ttt record)")
+    m = sub.add_parser("comm", help="(under mpiexec/srun/torchrun) collectives benchmark, nccl-tests semantics: "
+                       "gloo, MPI and NCCL on the same ranks, recorded under results/comm/")
+    m.add_argument("--collectives", default="all", help="comma list or all: " + ", ".join(COLLECTIVES))
+    m.add_argument("--backends", default="all", help="comma list or all: gloo, mpi, nccl")
+    m.add_argument("--dtypes", default="float32", help="comma list: float32, bfloat16, float16")
+    m.add_argument("-b", "--minbytes", default="8", help="smallest size (8, 64K, 1M ...)")
+    m.add_argument("-e", "--maxbytes", default="256M", help="largest size")
+    m.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between steps")
+    m.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
+    m.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations per size")
+    m.add_argument("-c", "--check", type=int, default=1, help="1: verify every result by value (0: don't)")
+    m.add_argument("--no-ingest", action="store_true", help="leave the records for `make ingest`")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -173,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)
+        if args.cmd == "comm":
+            from harness import comm_bench, comm_run
+            opts = comm_bench.options(args.collectives, args.backends, args.dtypes, args.minbytes, args.maxbytes,
+                                      args.stepfactor, args.iters, args.warmup_iters, args.check)
+            return comm_run.main(opts, ingest=not args.no_ingest)
         from harness import sweep
         if args.cmd == "submit":
             from harness.launch import site
@@ -183,5 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,
                           dry_run=args.dry_run)
     except UsageError as e:
-        print(f"harness: error: {e}", file=sys.stderr)
+        from harness.dist import from_env
+        if from_env().is_main:  # every rank finds the same problem; one line says it
+            print(f"harness: error: {e}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from collections import defaultdict
 import torch
 
 from harness.config import RunConfig
+from results.collectives import BUS_FACTOR  # nccl-tests' bus factors, one definition
 
 # c10d op -> (collective, index of the argument whose tensors make nccl-tests' size S)
 _C10D = {"allreduce_": ("all_reduce", 0), "allreduce_coalesced_": ("all_reduce", 0),
@@ -28,11 +29,7 @@ _FUNCOL = {"all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "al
            "all_gather_into_tensor_coalesced": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
            "reduce_scatter_tensor_coalesced": "reduce_scatter", "all_to_all_single": "all_to_all",
            "broadcast": "broadcast"}
-# bus bandwidth factor (nccl-tests): per-rank bytes on the wire = S x factor(n)
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0,
-              "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n}
+
 
 
 def _nbytes(x) -> int:

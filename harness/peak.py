@@ -8,15 +8,13 @@ devices not in the table (or to use a different figure).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
-from pathlib import Path
 
 import torch
 
+from harness.measure_cache import cached
 from harness.timing import sync
-from results import schema
 
 # Dense (no sparsity) TFLOP/s per GPU from NVIDIA's datasheets (SXM parts).
 VENDOR_TFLOPS = {
@@ -33,10 +31,6 @@ def device_name(device: str) -> str:
         return torch.cuda.get_device_name()
     from harness.envinfo import _cpu_model
     return f"{_cpu_model()} x{torch.get_num_threads()} threads"
-
-
-def _cache_path() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "mlperf-harness")) / "peak_flops.json"
 
 
 def measure(device: str, dtype: str) -> float:
@@ -57,20 +51,7 @@ def measure(device: str, dtype: str) -> float:
 
 
 def measured_peak(device: str, dtype: str) -> float:
-    key = f"{device_name(device)}|{dtype}"
-    path = _cache_path()
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if key not in cache:
-        cache[key] = measure(device, dtype)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            schema.write_json(path, cache)
-        except OSError:
-            pass  # an unwritable cache only costs a re-measurement
-    return cache[key]
+    return cached("peak_flops.json", f"{device_name(device)}|{dtype}", lambda: measure(device, dtype))
 
 
 def vendor_peak(device: str, dtype: str) -> float | None:

@@ -33,7 +33,7 @@ class Outcome:
 
 
 @contextmanager
-def _signals_raise_killed():
+def signals_raise_killed():
     """SIGTERM (scancel, Slurm time limit) and SIGINT raise Killed in the main thread, so the
     loop unwinds through its finally blocks and the record keeps every finished step."""
     def handler(signum, _frame):
@@ -58,7 +58,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
     if os.environ.get("HARNESS_SLURM_SCRIPT"):  # the rendered #SBATCH script this task ran under
         rec.attach(Path(os.environ["HARNESS_SLURM_SCRIPT"]), schema.JOB_SCRIPT)
     status, reason, bad_input = schema.FAILED, "", False
-    with _signals_raise_killed():
+    with signals_raise_killed():
         try:
             if launched != dist.world:
                 raise BadInput(f"ranks={launched} but the launcher ({dist.launcher}) started {dist.world}")

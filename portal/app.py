@@ -11,5 +11,6 @@ pages = [
     st.Page("pages/run_detail.py", title="Run detail"),
     st.Page("pages/compare.py", title="Compare"),
     st.Page("pages/parallelism.py", title="Parallelism"),
+    st.Page("pages/collectives.py", title="Collectives"),
 ]
 st.navigation(pages).run()

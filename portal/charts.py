@@ -54,7 +54,8 @@ def breakdown_bars(b: pd.DataFrame, title: str) -> go.Figure:
 
 
 COLLECTIVE_COLORS = {"all_reduce": "#1565c0", "reduce_scatter": "#2e7d32", "all_gather": "#ef6c00",
-                     "all_to_all": "#6a1b9a", "broadcast": "#8d6e63", "send_recv": "#00838f"}
+                     "all_to_all": "#6a1b9a", "broadcast": "#8d6e63", "send_recv": "#00838f", "reduce": "#c62828"}
+BACKEND_DASH = {"gloo": "solid", "mpi": "dash", "nccl": "dot"}
 
 
 def collective_bars(t: pd.DataFrame, collectives: tuple[str, ...], title: str) -> go.Figure:
@@ -83,4 +84,35 @@ def memory_bars(t: pd.DataFrame, title: str) -> go.Figure:
                         marker_color=color, hovertemplate=f"%{{x}}: {part} %{{y:.2f}} MiB<extra></extra>")
     fig.update_layout(title=title, barmode="stack", yaxis_title="MiB per rank (largest rank)", height=380,
                       margin=dict(t=50, b=40))
+    return fig
+
+
+def busbw_lines(sized: pd.DataFrame, ceilings: dict[str, float], title: str) -> go.Figure:
+    """Bus bandwidth vs size (log x), one line per collective (colour) and backend (dash), with
+    the memory-copy ceilings as horizontal lines."""
+    fig = go.Figure()
+    for (coll, backend, mode), g in sized.groupby(["collective", "backend", "mode"], sort=True):
+        g = g.sort_values("bytes")
+        fig.add_scatter(x=g["bytes"].tolist(), y=g["busbw_gb_per_s"].tolist(), mode="lines+markers",
+                        name=f"{coll} {backend} ({mode})",
+                        line=dict(color=COLLECTIVE_COLORS.get(coll, "#9e9e9e"), dash=BACKEND_DASH.get(backend, "solid")),
+                        hovertemplate=f"{coll} {backend} {mode}: %{{x:,}} B, busbw %{{y:.3f}} GB/s<extra></extra>")
+    for name, value in ceilings.items():
+        fig.add_hline(y=value, line_dash="dash", line_color="black", annotation_text=f"{name} {value:.2f} GB/s")
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title="size S (bytes)",
+                      yaxis_title="bus bandwidth (GB/s)", height=460, margin=dict(t=50, b=40))
+    return fig
+
+
+def latency_lines(sized: pd.DataFrame, title: str) -> go.Figure:
+    """Time per call vs size at small sizes (log-log): the latency floor of each backend."""
+    fig = go.Figure()
+    for (coll, backend, mode), g in sized.groupby(["collective", "backend", "mode"], sort=True):
+        g = g.sort_values("bytes")
+        fig.add_scatter(x=g["bytes"].tolist(), y=g["time_us"].tolist(), mode="lines+markers",
+                        name=f"{coll} {backend} ({mode})",
+                        line=dict(color=COLLECTIVE_COLORS.get(coll, "#9e9e9e"), dash=BACKEND_DASH.get(backend, "solid")),
+                        hovertemplate=f"{coll} {backend} {mode}: %{{x:,}} B, %{{y:.1f}} us<extra></extra>")
+    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="size S (bytes)",
+                      yaxis_title="time per call (us, slowest rank's mean)", height=400, margin=dict(t=50, b=40))
     return fig

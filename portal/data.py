@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import results
-from results import report, stats
+from results import collectives, report, stats
 from results.paths import results_root
 from results.tracking import default_tracking_uri
 from results.store import step_samples
@@ -46,6 +46,21 @@ def geomeans(df: pd.DataFrame) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Bootstrapping confidence intervals")
 def parallel(df: pd.DataFrame) -> pd.DataFrame:
     return report.parallel_table(df, report.speedup_table(df, n_boot=N_BOOT))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner="Loading collectives records")
+def comm_records(uri: str) -> pd.DataFrame:
+    return collectives.load_comm(uri)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def comm_sizes(records: pd.DataFrame) -> pd.DataFrame:
+    return collectives.size_frame(records)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def comm_predictions(runs: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    return collectives.predictions(runs, comm)
 
 
 @st.cache_data(ttl=CACHE_TTL_S)

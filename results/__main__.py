@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         res = ingest_all(root / "runs", uri)
+        from results.collectives import SUBDIR  # collectives benchmark records, beside the runs
+        for k, v in ingest_all(root / SUBDIR, uri).items():
+            res[k] += v
     except Exception as e:  # noqa: BLE001 - one line, exit 2; records are untouched
         print(f"results: error: cannot ingest into MLflow store {uri}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

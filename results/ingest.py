@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results import schema, store
+from results import collectives, schema, store
 from results.tracking import COMPLETE_TAG, EXPERIMENT
 from results.tracking import client as _client
 
@@ -108,8 +108,21 @@ def _sweep_parent(client, exp_id: str, sweep: str) -> str:
     return winner
 
 
+def _comm_tags(rec: dict[str, Any]) -> dict[str, str]:
+    """A collectives record (results/collectives.py): what it measured, where, and its status."""
+    cfg, env, st = rec["config"], rec["env"], rec["status"]
+    keys = ("run_id", "collective", "backend", "dtype", "ranks", "nodes", "device", "bench", "launcher")
+    tags = {**{k: cfg.get(k, "") for k in keys}, "status": st["status"], "status_reason": st.get("reason", "")[:4000],
+            "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""), "cpu_model": env.get("cpu_model", ""),
+            "gpu_name": env.get("gpu_name") or "", "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"],
+            "kind": collectives.KIND, "sweep": ""}
+    return {k: str(v) for k, v in tags.items()}
+
+
 def _tags(rec: dict[str, Any]) -> dict[str, str]:
     cfg, env, st = rec["config"], rec["env"], rec["status"]
+    if cfg.get("kind") == collectives.KIND:
+        return _comm_tags(rec)
     slurm = env.get("slurm", {})
     sched = env.get("scheduler", {})  # neutral keys (records from before them have none)
     tags = {
@@ -179,7 +192,9 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
         return "in progress"
     client = client or _client(tracking_uri)
     exp_id = experiment_id(client)
-    if _in_store(client, exp_id, rec["config"]["run_id"], known):
+    comm = rec["config"].get("kind") == collectives.KIND
+    # collectives records are not in the run index, so `known` (built from it) cannot answer for them
+    if _in_store(client, exp_id, rec["config"]["run_id"], None if comm else known):
         return "present"
     st = rec["status"]
     start_ms = int(st["started"] * 1000)
@@ -190,9 +205,15 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
     rid = run.info.run_id
     metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
                if (k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
+    if comm:  # the whole summary (bandwidths, latency, ceiling) is the record's figures
+        metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
     for row in rec["metrics"]:
         ts = start_ms + int(1000 * row.get("t", 0))
-        if row["kind"] == "step":
+        if row["kind"] == "size":  # per-size figures as histories whose step is the size in bytes
+            metrics += [Metric(k, float(v), ts, int(row["bytes"])) for k, v in row.items()
+                        if k.startswith(collectives.SIZE_FIGURES) and isinstance(v, (int, float))]
+        elif row["kind"] == "step":
             metrics.append(Metric("loss", row["loss"], ts, row["step"]))
             metrics.append(Metric("step_time_ms", 1000 * row["step_s"], ts, row["step"]))
         else:
@@ -208,7 +229,7 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
         client.log_batch(rid, metrics=chunk)
     client.log_batch(rid, metrics=chunks[-1], params=params,
                      tags=[RunTag("record_version", str(schema.RECORD_VERSION)), RunTag(COMPLETE_TAG, "1")])
-    if tracking_uri.startswith("sqlite:///"):  # keep the run index (results/store.py) current
+    if tracking_uri.startswith("sqlite:///") and not comm:  # keep the run index (results/store.py) current
         latest = {m.key: m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))}
         store.index_upsert(store.index_path(tracking_uri), tracking_uri, store.row(
             rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), start_ms, {**tags, COMPLETE_TAG: "1"},

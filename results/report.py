@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from results import schema, stats
+from results.collectives import COLLECTIVES
 from results.store import step_samples
 from results.toggles import NAMES
 
@@ -202,7 +203,6 @@ def ttt_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
 MATCH_TOL = 0.01  # measured bytes per step vs the analytic volume: deterministic, so 1% is generous
 
 

@@ -41,3 +41,25 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     c1.plotly_chart(charts.collective_bars(t, COLLECTIVES, "collectives per step: measured vs theory"),
                     width="stretch")
     c2.plotly_chart(charts.memory_bars(t, "model state per rank"), width="stretch")
+
+st.subheader("communication time predicted from the collectives benchmark")
+try:
+    comm = data.comm_records(data.tracking_uri())
+except Exception:  # noqa: BLE001 - the strategies above stand without it
+    comm = None
+pred = data.comm_predictions(view, comm) if comm is not None and not comm.empty else None
+if pred is None or pred.empty:
+    st.caption("Run `make comm RANKS=n` on the machine and rank count of these runs: each run's collectives per "
+               "step (calls and bytes, above) then turn into a predicted communication time per step.")
+else:
+    st.caption("Predicted time = for each collective, calls per step x the benchmarked time of one call of "
+               "its size (log-log interpolation between measured sizes; in-place where measured), on the same "
+               "host, rank count and backend. Set beside the median step time, and beside the communication "
+               "share the step's profile measured where the run was profiled.")
+    st.dataframe(pred.drop(columns=["run_id", "bench"]), hide_index=True, width="stretch")
+    st.text("\n".join(
+        f"{r.config}: predicted communication {r.predicted_comm_ms:.1f} ms of a {r.median_step_ms:.1f} ms step "
+        f"({100 * r.predicted_comm_share:.0f}%)" + (f"; profiled {100 * r.profiled_comm_share:.0f}%"
+                                                    if r.profiled_comm_share == r.profiled_comm_share
+                                                    and r.profiled_comm_share is not None else "")
+        for r in pred.itertuples() if r.predicted_comm_ms == r.predicted_comm_ms and r.predicted_comm_ms is not None))

@@ -1,0 +1,208 @@
+"""The measurement loop of `python -m harness comm` (see harness/comm_bench.py for what is
+measured and how): process groups, one record per (collective, backend, dtype), statuses."""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from harness import comm_bench, envinfo
+from harness import comm_cases as cases
+from harness import dist as dist_mod
+from harness.comm_record import CommRecord
+from harness.errors import Killed
+from harness.timing import now
+from results import collectives as coll
+from results import schema
+from results.paths import results_root
+
+
+class _Groups:
+    """The backends this job can run, their groups, and why the others cannot run here."""
+
+    def __init__(self, opts: comm_bench.Options, info: dist_mod.DistInfo):
+        import torch.distributed as td
+        self.info = info
+        self.comm = self.nccl = None
+        self.why = {"gloo": "", "mpi": "", "nccl": ""}
+        if "mpi" in opts.backends:
+            if info.mpi:
+                from mpi4py import MPI
+                self.comm = MPI.COMM_WORLD
+            else:
+                self.why["mpi"] = (f"not started by an MPI launcher (ranks came from {info.launcher}), so MPI's "
+                                   "COMM_WORLD would hold this rank alone; run under mpiexec to compare MPI")
+        if "nccl" in opts.backends:
+            if torch.cuda.is_available():
+                torch.cuda.set_device(info.local_rank)
+                self.nccl = td.new_group(backend="nccl")
+            else:
+                self.why["nccl"] = "NCCL needs CUDA GPUs and torch sees none on this machine"
+
+    def device(self, backend: str) -> torch.device:
+        return torch.device("cuda", self.info.local_rank) if backend == "nccl" else torch.device("cpu")
+
+    def barrier(self, backend: str) -> None:
+        import torch.distributed as td
+        self.comm.Barrier() if backend == "mpi" else td.barrier()
+
+
+def _measure(g: _Groups, backend: str, collective: str, dtype: str, nbytes: int,
+             opts: comm_bench.Options) -> dict:
+    """One size of one collective on one backend, every mode: the record's row."""
+    import torch.distributed as td
+    n, rank = g.info.world, g.info.rank
+    elem = cases.DTYPES[dtype].itemsize
+    count = cases.elements(collective, nbytes, elem, n)
+    row = {"bytes": count * elem, "count": count, "requested_bytes": nbytes, "wrong": 0}
+    if count == 0:
+        return {**row, "bytes": nbytes, "skipped": f"below one {dtype} element per rank"}
+    for mode in cases.modes(backend, collective):
+        case = cases.make(backend, collective, count, dtype, mode, rank, n, g.device(backend),
+                          group=g.nccl if backend == "nccl" else None, comm=g.comm)
+        case.init()
+        g.barrier(backend)
+        for _ in range(opts.warmup):
+            case.run()
+        times = []
+        for _ in range(opts.iters):
+            t0 = now()
+            case.run()  # returns when the collective is complete on this rank
+            times.append(now() - t0)
+        every: list = [None] * n
+        td.all_gather_object(every, times)  # control plane (gloo), outside the timing
+        row.update(coll.size_row(collective, count * elem, n, mode, every))
+        if opts.check:
+            case.init()
+            case.run()
+            wrong = torch.tensor([case.wrong()], dtype=torch.int64)
+            td.all_reduce(wrong)
+            row[f"wrong_{mode}"] = int(wrong)
+            row["wrong"] += int(wrong)
+    return row
+
+
+def main(opts: comm_bench.Options, ingest: bool = True) -> int:
+    """Checks that need the launcher and the machine (UsageError, one line), then the benchmark."""
+    from harness.config import UsageError
+    info = dist_mod.from_env()
+    if info.world < 2:
+        raise UsageError("collectives need 2 or more ranks: run under mpiexec -n N, srun or torchrun "
+                         "(make comm RANKS=N)")
+    if "nccl" in opts.backends and opts.explicit_backends and not torch.cuda.is_available():
+        raise UsageError("backend nccl needs CUDA GPUs and torch sees none here; valid here: gloo, mpi")
+    return run(opts, info, ingest)
+
+
+def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
+    import torch.distributed as td
+
+    from harness.runner import ingest_quietly, signals_raise_killed
+    threads = dist_mod.cpu_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    root = results_root()
+    dist_mod.init(info, "cpu")  # gloo: the gloo backend and the control plane of every backend
+    g = _Groups(opts, info)
+    ids: list = [comm_bench.bench_id()]
+    td.broadcast_object_list(ids, src=0)
+    env, ceiling = {}, {}
+    if info.is_main:  # the other ranks wait in a gloo barrier (blocking, not spinning)
+        from harness import membw
+        ceiling = membw.ceilings("cpu")
+        env = {**envinfo.capture(), "load_start": comm_bench.load_now(), "threads_per_rank": torch.get_num_threads()}
+    td.barrier()
+    nodes = dist_mod.node_count(info)
+    cores = len(os.sched_getaffinity(0))  # cores on this node the ranks may use
+    load0 = env.get("load_start", {})
+    common = {**comm_bench.describe(opts), "ranks": info.world, "nodes": nodes, "bench": ids[0],
+              "launcher": info.launcher}
+    open_recs: list[CommRecord] = []
+    done: list[CommRecord] = []
+    failed = 0
+    sizes = coll.sizes(opts.min_bytes, opts.max_bytes, opts.factor)
+    with signals_raise_killed(), comm_bench.progress(len(opts.dtypes) * len(opts.collectives) * len(sizes),
+                                                     info.is_main) as bar:
+        task = bar.add_task("collectives", total=len(opts.dtypes) * len(opts.collectives) * len(sizes))
+        try:
+            for dtype in opts.dtypes:
+                for collective in opts.collectives:
+                    active: dict[str, CommRecord | None] = {}
+                    for backend in opts.backends:
+                        cfg = {**common, "collective": collective, "backend": backend, "dtype": dtype,
+                               "device": "cuda" if backend == "nccl" else "cpu",
+                               "modes": list(cases.modes(backend, collective))}
+                        rec = CommRecord(root, cfg, env) if info.is_main else None
+                        if rec:
+                            rec.info.update(ceiling, cpu_cores=cores, ranks_per_node=dist_mod.ranks_on_this_node(), **{f"{k}_start": v for k, v in load0.items()})
+                            done.append(rec)
+                        reason = g.why[backend] or cases.unsupported(backend, collective, dtype)
+                        if reason:
+                            rec and rec.finish(schema.UNSUPPORTED, reason)
+                            continue
+                        active[backend] = rec
+                        rec and open_recs.append(rec)
+                    for nbytes in sizes:
+                        bar.update(task, description=f"{collective} {dtype} {nbytes:,} B")
+                        for backend in list(active):
+                            row = _measure(g, backend, collective, dtype, nbytes, opts)
+                            rec = active[backend]
+                            if rec:
+                                rec.log_size(row)
+                            if row["wrong"]:  # wrong data is a failed record, not a fast one
+                                failed += 1
+                                if rec:
+                                    rec.finish(schema.FAILED, f"wrong data: {row['wrong']} elements differ "
+                                                              f"at {row['bytes']:,} B")
+                                    open_recs.remove(rec)
+                                del active[backend]
+                        bar.advance(task)
+                    for backend, rec in active.items():
+                        if rec:
+                            rec.info["load_end"] = comm_bench.load_now()
+                            rec.finish(schema.FINISHED)
+                            open_recs.remove(rec)
+        except Killed as e:
+            for rec in open_recs:
+                rec.finish(schema.KILLED, str(e))
+            failed += 1
+        except Exception as e:  # noqa: BLE001 - a dead peer, a timeout: the records say so
+            reason = f"{type(e).__name__}: {e}".splitlines()[0]
+            if "remote worker" in reason or "Connection closed" in reason:
+                reason = f"another rank died or hung: {reason}"
+            for rec in open_recs:
+                rec.finish(schema.FAILED, reason)
+            print(f"harness: comm failed: {reason}", file=sys.stderr)
+            failed += 1
+        finally:
+            dist_mod.shutdown()
+    if info.is_main:
+        _report(done, ceiling)
+        for rec in done if ingest else ():
+            problem = ingest_quietly(rec.dir, root)
+            if problem:
+                print(f"warning: MLflow store not updated ({problem}); the records are kept, run `make ingest`",
+                      file=sys.stderr)
+                break
+    return 1 if failed else 0
+
+
+def _report(records: list[CommRecord], ceiling: dict) -> None:
+    """busbw at the largest size, one line per collective, backends side by side."""
+    if not records:
+        return
+    backends = list(dict.fromkeys(r.config["backend"] for r in records))
+    print(f"busbw (GB/s) at the largest size, {records[0].config['ranks']} ranks; memory copy ceiling "
+          f"{ceiling.get('copy_gb_per_s_all_threads', float('nan')):.2f} GB/s "
+          f"({ceiling.get('copy_gb_per_s_one_thread', float('nan')):.2f} with one thread)")
+    print(f"  {'collective':<15}{'dtype':<10}" + "".join(f"{b:>12}" for b in backends))
+    for key in dict.fromkeys((r.config["collective"], r.config["dtype"]) for r in records):
+        cells = []
+        for b in backends:
+            r = next(x for x in records if (x.config["collective"], x.config["dtype"], x.config["backend"]) == (*key, b))
+            st = schema.read_record(r.dir)["status"]["status"]
+            bw = r.summary().get("busbw_gb_per_s")
+            cells.append(f"{bw:>12.3f}" if st == schema.FINISHED and bw is not None else f"{st:>12}")
+        print(f"  {key[0]:<15}{key[1]:<10}" + "".join(cells))
+    print(f"records: {records[0].dir.parent} ({len(records)}); portal: make portal, page Collectives")

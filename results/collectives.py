@@ -1,0 +1,241 @@
+"""Collectives benchmark records (`python -m harness comm`): nccl-tests' figures, the record
+reader and the frame the portal plots. Pure Python plus pandas: no torch, no harness.
+
+Definitions follow NVIDIA/nccl-tests (src/common.cu, src/*.cu, doc/PERFORMANCE.md):
+- size S (bytes) is the whole array: the all_reduce buffer, the all_gather *output*, the
+  reduce_scatter *input*, each rank's all_to_all buffer, the broadcast/reduce buffer, the
+  send/recv buffer;
+- time = mean over the timed iterations. nccl-tests then averages it over ranks by default
+  (-a 1); we take the slowest rank's mean (its -a 3), the time a synchronous step waits for;
+- algbw = S / time; busbw = algbw x factor(n), the factor making busbw comparable with the
+  link's speed whatever the rank count (ring algorithms move S x factor bytes per rank).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from results import schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "send_recv")
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0,
+              "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n}
+MODES = ("oop", "ip")  # out-of-place, in-place (nccl-tests prints both)
+KIND = "comm"          # MLflow tag kind of a collectives record ("run" for training runs)
+SUBDIR = "comm"        # records live in results/comm/<run_id>/, apart from training runs
+SIZE_FIGURES = ("time_us_", "algbw_gb_per_s_", "busbw_gb_per_s_", "p50_us_", "p95_us_")  # per mode, per size
+
+
+def bandwidths(collective: str, nbytes: int, time_s: float, ranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes/s, as nccl-tests prints) of S = nbytes moved in time_s."""
+    algbw = nbytes / time_s / 1e9
+    return algbw, algbw * BUS_FACTOR[collective](ranks)
+
+
+def size_row(collective: str, nbytes: int, ranks: int, mode: str, times_s: list[float]) -> dict:
+    """Figures of one (size, mode) from every rank's per-iteration times (seconds): time is
+    the slowest rank's mean, p50/p95 the slowest rank's percentiles (as param's comms bench)."""
+    means = [sum(t) / len(t) for t in times_s]
+    time_s = max(means)
+    algbw, busbw = bandwidths(collective, nbytes, time_s, ranks)
+    return {f"time_us_{mode}": time_s * 1e6, f"algbw_gb_per_s_{mode}": algbw, f"busbw_gb_per_s_{mode}": busbw,
+            f"p50_us_{mode}": max(_pct(t, 50) for t in times_s) * 1e6,
+            f"p95_us_{mode}": max(_pct(t, 95) for t in times_s) * 1e6,
+            f"rank_spread_{mode}": time_s / min(means) if min(means) > 0 else math.nan}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def sizes(lo: int, hi: int, factor: int) -> list[int]:
+    """nccl-tests' -b lo -e hi -f factor: lo, lo*f, ... up to hi."""
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def table(record_dir: str | Path) -> list[dict]:
+    """The per-size rows of one record (metrics.jsonl, kind=size), smallest size first."""
+    rows = [m for m in schema.read_metrics(Path(record_dir)) if m.get("kind") == "size"]
+    return sorted(rows, key=lambda r: r["bytes"])
+
+
+def best_mode(row: dict) -> str | None:
+    """The mode a collective is measured in at this size: in-place when recorded (what training
+    uses: DDP's and FSDP's collectives are in place), else out-of-place."""
+    for mode in ("ip", "oop"):
+        if row.get(f"time_us_{mode}") is not None:
+            return mode
+    return None
+
+
+def time_at(rows: list[dict], nbytes: float) -> float | None:
+    """Predicted seconds for one call of nbytes, interpolated log-log between the measured
+    sizes around it (linear in size beyond the largest: bandwidth-bound there); None if none."""
+    pts = [(r["bytes"], r[f"time_us_{m}"] / 1e6) for r in rows if (m := best_mode(r))]
+    if not pts or nbytes <= 0:
+        return None
+    xs = [p[0] for p in pts]
+    if nbytes <= xs[0]:
+        return pts[0][1]
+    if nbytes >= xs[-1]:
+        return pts[-1][1] * nbytes / xs[-1]
+    i = bisect.bisect_left(xs, nbytes)
+    (x0, t0), (x1, t1) = pts[i - 1], pts[i]
+    w = math.log(nbytes / x0) / math.log(x1 / x0)
+    return math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
+
+
+def predicted_comm_s(summary: dict, tables: dict[str, list[dict]]) -> tuple[float | None, dict[str, float]]:
+    """A training run's communication time per step predicted from its accounting (calls and
+    bytes per step of each collective, results of harness/comm_accounting.py) and the
+    collectives measured on the same machine and rank count: calls x time(bytes / calls).
+    Returns (total seconds or None when a collective it uses was not measured, per collective)."""
+    parts: dict[str, float] = {}
+    missing = False
+    for coll in COLLECTIVES:
+        calls, nbytes = _num(summary.get(f"comm_{coll}_calls_per_step")), _num(summary.get(f"comm_{coll}_bytes_per_step"))
+        if not calls or not nbytes:
+            continue
+        t = time_at(tables.get(coll, []), nbytes / calls)
+        if t is None:
+            missing = True
+            continue
+        parts[coll] = calls * t
+    return (None if missing or not parts else sum(parts.values())), parts
+
+
+def _num(x) -> float | None:
+    """A figure as a float; None for missing, NaN (a frame's empty cell) or non-numbers."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def load_comm(tracking_uri: str):
+    """One row per collectives record in the MLflow store: its tags (collective, backend, ranks,
+    dtype, host, status, reason, record_dir, bench = the invocation) and summary metrics."""
+    import pandas as pd
+
+    from results.tracking import COMPLETE_TAG, EXPERIMENT, client
+    c = client(tracking_uri)
+    exp = c.get_experiment_by_name(EXPERIMENT)
+    if exp is None:
+        return pd.DataFrame()
+    hits = c.search_runs([exp.experiment_id], f"tags.kind = '{KIND}' and tags.{COMPLETE_TAG} = '1'",
+                         max_results=50_000)
+    rows = [{**r.data.tags, **r.data.metrics, "started": r.info.start_time} for r in hits]
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["ranks"] = pd.to_numeric(df["ranks"], errors="coerce").astype("Int64")
+        df["started"] = pd.to_datetime(df["started"], unit="ms", utc=True)
+        df = df.sort_values("started").reset_index(drop=True)
+    return df
+
+
+def size_frame(records) -> pd.DataFrame:
+    """Long frame of the per-size figures of finished records (one row per record, size and
+    mode), read from the records themselves (the source of truth), for the portal's curves."""
+    import pandas as pd
+    rows = []
+    for _, r in records.iterrows():
+        if r.get("status") != schema.FINISHED or not r.get("record_dir"):
+            continue
+        try:
+            sized = table(r["record_dir"])
+        except OSError:
+            continue
+        for s in sized:
+            for mode in MODES:
+                if s.get(f"time_us_{mode}") is None:
+                    continue
+                rows.append({"collective": r["collective"], "backend": r["backend"], "dtype": r["dtype"],
+                             "ranks": r["ranks"], "bytes": s["bytes"], "mode": mode,
+                             **{f.rstrip("_"): s[f"{f}{mode}"] for f in SIZE_FIGURES}})
+    return pd.DataFrame(rows)
+
+
+def largest(sized) -> pd.DataFrame:
+    """Each (collective, backend, dtype) at its largest size, in its best mode (in place where
+    measured): the table under the curves."""
+    if sized.empty:
+        return sized
+    best = sized.assign(_ip=(sized["mode"] == "ip")).sort_values(["bytes", "_ip"])
+    return (best.groupby(["collective", "backend", "dtype"], sort=False).tail(1).drop(columns="_ip")
+            .sort_values(["collective", "backend"]).reset_index(drop=True))
+
+
+def verdict_lines(top, ceiling_gb_per_s: float | None) -> list[str]:
+    """One sentence per collective and dtype at the largest size: each backend's busbw, the
+    fastest against the others, and the fraction of the memory-copy ceiling."""
+    out = []
+    for (c, dtype), g in top.groupby(["collective", "dtype"], sort=False):
+        g = g.sort_values("busbw_gb_per_s", ascending=False)
+        best = g.iloc[0]
+        parts = [f"{b['backend']} {b['busbw_gb_per_s']:.2f} GB/s" for _, b in g.iterrows()]
+        line = f"{c} ({dtype}, {_human(best['bytes'])}): busbw " + ", ".join(parts)
+        if len(g) > 1 and g.iloc[1]["busbw_gb_per_s"] > 0:
+            line += f"; {best['backend']} {best['busbw_gb_per_s'] / g.iloc[1]['busbw_gb_per_s']:.1f}x {g.iloc[1]['backend']}"
+        if ceiling_gb_per_s:
+            line += f"; {100 * best['busbw_gb_per_s'] / ceiling_gb_per_s:.0f}% of the memory-copy ceiling"
+        out.append(line)
+    return out
+
+
+def _human(nbytes: float) -> str:
+    for unit, k in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if nbytes >= k:
+            return f"{nbytes / k:g} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def predictions(runs: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    """Per multi-rank training run with a communication account: its communication time per
+    step predicted from the collectives benchmarked on the same host with the same rank count
+    and the backend the run used (gloo on CPU, NCCL on GPU; the latest such benchmark, float32),
+    beside its median step time and, where it was profiled, the measured communication share."""
+    import pandas as pd
+    if runs.empty or comm.empty:
+        return pd.DataFrame()
+    ok = comm[(comm["status"] == schema.FINISHED) & (comm["dtype"] == "float32")]
+    tables: dict[tuple, tuple[str, dict]] = {}
+    out = []
+    for _, r in runs.iterrows():
+        if r.get("status") != schema.FINISHED or not any(_num(r.get(f"comm_{c}_calls_per_step")) for c in COLLECTIVES):
+            continue
+        key = (r.get("host"), int(r.get("ranks") or 0), "nccl" if r.get("device") == "cuda" else "gloo")
+        if key not in tables:
+            cand = ok[(ok["host"] == key[0]) & (ok["ranks"] == key[1]) & (ok["backend"] == key[2])]
+            if cand.empty:
+                tables[key] = ("", {})
+            else:
+                bench = cand.sort_values("started")["bench"].iloc[-1]
+                latest = cand[cand["bench"] == bench]
+                tables[key] = (bench, {x["collective"]: table(x["record_dir"]) for _, x in latest.iterrows()})
+        bench, measured = tables[key]
+        if not measured:
+            continue
+        total, parts = predicted_comm_s(r.to_dict(), measured)
+        step = _num(r.get("median_step_s"))
+        out.append({"run_id": r.get("run_id"), "config": r.get("config"), "backend": key[2], "bench": bench,
+                    "predicted_comm_ms": None if total is None else 1e3 * total,
+                    "median_step_ms": None if step is None else 1e3 * step,
+                    "predicted_comm_share": None if total is None or not step else total / step,
+                    "profiled_comm_share": _num(r.get("time_frac_communication")),
+                    **{f"{c}_ms": 1e3 * t for c, t in parts.items()}})
+    return pd.DataFrame(out)
