@@ -55,7 +55,8 @@ def breakdown_bars(b: pd.DataFrame, title: str) -> go.Figure:
 
 COLLECTIVE_COLORS = {"all_reduce": "#1565c0", "reduce_scatter": "#2e7d32", "all_gather": "#ef6c00",
                      "all_to_all": "#6a1b9a", "broadcast": "#8d6e63", "send_recv": "#00838f", "reduce": "#c62828"}
-BACKEND_DASH = {"gloo": "solid", "mpi": "dash", "nccl": "dot"}
+BACKEND_COLORS = {"gloo": "#1565c0", "mpi": "#ef6c00", "nccl": "#2e7d32"}
+MODE_DASH = {"ip": "solid", "oop": "dash"}
 
 
 def collective_bars(t: pd.DataFrame, collectives: tuple[str, ...], title: str) -> go.Figure:
@@ -87,32 +88,34 @@ def memory_bars(t: pd.DataFrame, title: str) -> go.Figure:
     return fig
 
 
-def busbw_lines(sized: pd.DataFrame, ceilings: dict[str, float], title: str) -> go.Figure:
-    """Bus bandwidth vs size (log x), one line per collective (colour) and backend (dash), with
-    the memory-copy ceilings as horizontal lines."""
-    fig = go.Figure()
-    for (coll, backend, mode), g in sized.groupby(["collective", "backend", "mode"], sort=True):
-        g = g.sort_values("bytes")
-        fig.add_scatter(x=g["bytes"].tolist(), y=g["busbw_gb_per_s"].tolist(), mode="lines+markers",
-                        name=f"{coll} {backend} ({mode})",
-                        line=dict(color=COLLECTIVE_COLORS.get(coll, "#9e9e9e"), dash=BACKEND_DASH.get(backend, "solid")),
-                        hovertemplate=f"{coll} {backend} {mode}: %{{x:,}} B, busbw %{{y:.3f}} GB/s<extra></extra>")
-    for name, value in ceilings.items():
-        fig.add_hline(y=value, line_dash="dash", line_color="black", annotation_text=f"{name} {value:.2f} GB/s")
-    fig.update_layout(title=title, xaxis_type="log", xaxis_title="size S (bytes)",
-                      yaxis_title="bus bandwidth (GB/s)", height=460, margin=dict(t=50, b=40))
-    return fig
-
-
-def latency_lines(sized: pd.DataFrame, title: str) -> go.Figure:
-    """Time per call vs size at small sizes (log-log): the latency floor of each backend."""
-    fig = go.Figure()
-    for (coll, backend, mode), g in sized.groupby(["collective", "backend", "mode"], sort=True):
-        g = g.sort_values("bytes")
-        fig.add_scatter(x=g["bytes"].tolist(), y=g["time_us"].tolist(), mode="lines+markers",
-                        name=f"{coll} {backend} ({mode})",
-                        line=dict(color=COLLECTIVE_COLORS.get(coll, "#9e9e9e"), dash=BACKEND_DASH.get(backend, "solid")),
-                        hovertemplate=f"{coll} {backend} {mode}: %{{x:,}} B, %{{y:.1f}} us<extra></extra>")
-    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="size S (bytes)",
-                      yaxis_title="time per call (us, slowest rank's mean)", height=400, margin=dict(t=50, b=40))
+def collective_panels(sized: pd.DataFrame, y: str, y_title: str, title: str, log_y: bool = False,
+                      ceilings: dict[str, float] | None = None) -> go.Figure:
+    """One panel per collective, size on a log x axis; a line per backend (colour) and mode
+    (solid in place, dashed out of place); ceilings as dashed black lines in every panel."""
+    from plotly.subplots import make_subplots
+    colls = [c for c in COLLECTIVE_COLORS if c in set(sized["collective"])]
+    cols = 4
+    rows = (len(colls) + cols - 1) // cols
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=colls, horizontal_spacing=0.05, vertical_spacing=0.14)
+    seen = set()
+    for i, coll in enumerate(colls):
+        for (backend, mode), g in sized[sized["collective"] == coll].groupby(["backend", "mode"], sort=True):
+            g = g.sort_values("bytes")
+            name = f"{backend} ({mode})"
+            fig.add_scatter(x=g["bytes"].tolist(), y=g[y].tolist(), mode="lines+markers", name=name,
+                            legendgroup=name, showlegend=name not in seen, row=i // cols + 1, col=i % cols + 1,
+                            line=dict(color=BACKEND_COLORS.get(backend, "#9e9e9e"), dash=MODE_DASH.get(mode, "dot")),
+                            hovertemplate=f"{coll} {name}: %{{x:,}} B, %{{y:.3g}}<extra></extra>")
+            seen.add(name)
+    for k, (label, value) in enumerate((ceilings or {}).items()):
+        fig.add_hline(y=value, line_dash="dash" if k == 0 else "dot", line_color="black", row="all", col="all")
+        fig.add_scatter(x=[None], y=[None], mode="lines", name=f"{label} {value:.2f} GB/s",
+                        line=dict(color="black", dash="dash" if k == 0 else "dot"))  # the ceiling's legend entry
+    fig.update_xaxes(type="log", title_text="size S (bytes)", title_font_size=10)
+    if log_y:
+        fig.update_yaxes(type="log")
+    elif ceilings:  # the ceilings inside every panel, not over its title
+        fig.update_yaxes(range=[0, 1.1 * max(*ceilings.values(), float(sized[y].max()))])
+    fig.update_yaxes(title_text=y_title, col=1, title_font_size=10)
+    fig.update_layout(title=title, height=300 * rows + 80, margin=dict(t=80, b=40))
     return fig

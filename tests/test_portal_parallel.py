@@ -1,16 +1,18 @@
-"""The Parallelism page says what results computes from the same store (AppTest), and renders
-in a real browser; a parallel sweep (one-rank baseline, ddp, zero1, fsdp at 2 ranks under
-mpiexec) seeds the store."""
+"""The Parallelism and Collectives pages say what results computes from the same store
+(AppTest), and render in a real browser; a parallel sweep (one-rank baseline, ddp, zero1, fsdp
+at 2 ranks under mpiexec) and a collectives benchmark on the same 2 ranks seed the store."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from results import report
+from results import collectives, report
 from tests.conftest import REPO, sweep_store
+from tests.test_mpi import mpiexec
 
 APP = str(REPO / "portal" / "app.py")
 
@@ -27,7 +29,18 @@ def parallel_store(tmp_path_factory, data_root):
         base: {steps: 4, warmup_steps: 1, profile_steps: 0}
     """)
     assert "model state per rank = 0.500 of DDP's" in p.stdout  # the terminal summary's claim
+    env = dict(os.environ, HARNESS_RESULTS=str(root), PYTHONPATH=str(REPO))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    c = mpiexec(env, 2, "-m", "harness", "comm", "-b", "64", "-e", "1M", "-f", "4",
+                "-n", "3", "-w", "1")
+    assert c.returncode == 0, c.stderr[-2000:]
     return root
+
+
+def _comm(root: Path):
+    from results.tracking import default_tracking_uri
+    recs = collectives.load_comm(default_tracking_uri(root))
+    return recs, collectives.largest(collectives.size_frame(recs))
 
 
 @pytest.mark.slow
@@ -83,4 +96,74 @@ def test_parallelism_page_in_chromium(parallel_store):
         assert "fsdp@2:" in body and "model state per rank = 0.500 of DDP's" in body
         legend = page.inner_text(".js-plotly-plot")
         assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
+        browser.close()
+
+
+@pytest.mark.slow
+def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_store):
+    monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    recs, top = _comm(parallel_store)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page("pages/collectives.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    verdicts, not_measured = at.text[0].value.splitlines(), at.text[1].value
+    ceiling = float(recs["copy_gb_per_s_all_threads"].iloc[0])
+    assert verdicts == collectives.verdict_lines(top, ceiling) and len(verdicts) == len(collectives.COLLECTIVES)
+    for c in collectives.COLLECTIVES:  # each line names both backends with the recorded busbw
+        rows = top[top["collective"] == c].set_index("backend")
+        line = next(v for v in verdicts if v.startswith(f"{c} (float32, 1 MiB): busbw "))
+        for b in ("gloo", "mpi"):
+            assert f"{b} {rows.loc[b, 'busbw_gb_per_s']:.2f} GB/s" in line
+    assert "nccl all_reduce: unsupported: NCCL needs CUDA GPUs" in not_measured
+    shown = at.dataframe[0].value
+    assert len(shown) == 2 * len(collectives.COLLECTIVES)
+    assert sorted(shown["busbw_gb_per_s"]) == pytest.approx(sorted(top["busbw_gb_per_s"]))
+    assert len(at.get("plotly_chart")) == 2
+    text = " ".join(str(c.value) for c in at.caption)
+    assert "slowest rank's mean" in text and "DeltaGenerator" not in text
+
+    # the Parallelism page turns each run's collectives per step into a predicted time
+    at.switch_page("pages/parallelism.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    lines = at.text[1].value.splitlines()
+    runs = report.records_frame(parallel_store / "runs")
+    runs["config"] = report.label_configs(runs)
+    ddp = runs[runs["config"] == "ddp@2"].iloc[0]
+    rows = collectives.table(recs[(recs["collective"] == "all_reduce") & (recs["backend"] == "gloo")]
+                             ["record_dir"].iloc[0])
+    calls, nbytes = ddp["comm_all_reduce_calls_per_step"], ddp["comm_all_reduce_bytes_per_step"]
+    want_ms = 1e3 * calls * collectives.time_at(rows, nbytes / calls)  # DDP: all-reduce only
+    line = next(x for x in lines if x.startswith("ddp@2: predicted communication"))
+    assert f"{want_ms:.1f} ms of a {1e3 * ddp['median_step_s']:.1f} ms step" in line
+    assert any(x.startswith("fsdp@2: predicted communication") for x in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(shutil.which("chromium") or "/usr/bin/chromium").exists(),
+                    reason="Debian chromium not installed (make system-deps)")
+def test_collectives_page_in_chromium(parallel_store):
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, ARTIFACTS, serve
+    recs, top = _comm(parallel_store)
+    with serve(parallel_store) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        page.goto(f"{url}/collectives")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
+        page.wait_for_timeout(500)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "collectives.png"), full_page=True)
+        assert page.locator("[data-testid='stException']").count() == 0
+        body = page.inner_text("body")
+        assert "Collectives: bandwidth and latency per backend" in body and "DeltaGenerator" not in body
+        for line in collectives.verdict_lines(top, float(recs["copy_gb_per_s_all_threads"].iloc[0])):
+            assert line in body, line
+        assert "nccl send_recv: unsupported: NCCL needs CUDA GPUs" in body
+        legend = page.inner_text(".js-plotly-plot")
+        for words in ("gloo (ip)", "mpi (oop)", "memory copy, all threads", *collectives.COLLECTIVES):
+            assert words in legend, words  # the legend and every collective's panel
         browser.close()

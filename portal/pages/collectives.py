@@ -55,10 +55,13 @@ if sized.empty:
 else:
     top = collectives.largest(sized)
     st.text("\n".join(collectives.verdict_lines(top, ceilings.get("memory copy, all threads"))))
-    st.plotly_chart(charts.busbw_lines(sized, ceilings, "bus bandwidth vs size"), width="stretch")
+    st.plotly_chart(charts.collective_panels(sized, "busbw_gb_per_s", "busbw (GB/s)", "bus bandwidth vs size",
+                                             ceilings=ceilings), width="stretch")
     small = sized[sized["bytes"] <= 64 * 2 ** 10]
     if not small.empty:
-        st.plotly_chart(charts.latency_lines(small, "latency: time per call up to 64 KiB"), width="stretch")
+        st.plotly_chart(charts.collective_panels(small, "time_us", "time per call (us)",
+                                                 "latency: time per call up to 64 KiB (slowest rank's mean)",
+                                                 log_y=True), width="stretch")
     st.subheader("at the largest size")
     shown = top.assign(size_mib=top["bytes"] / 2 ** 20)
     if ceilings.get("memory copy, all threads"):
