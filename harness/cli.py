@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-e", "--maxbytes", default="256M", help="largest size")
     m.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between steps")
     m.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
-    m.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations per size")
+    m.add_argument("-w", "--warmup-iters", type=int, default=1, help="untimed iterations per size")
     m.add_argument("-c", "--check", type=int, default=1, help="1: verify every result by value (0: don't)")
     m.add_argument("--no-ingest", action="store_true", help="leave the records for `make ingest`")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")

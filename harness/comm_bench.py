@@ -38,7 +38,7 @@ class Options:
     max_bytes: int = 256 * 2 ** 20
     factor: int = 2
     iters: int = 20      # nccl-tests -n default
-    warmup: int = 5      # nccl-tests -w default
+    warmup: int = 1      # nccl-tests -w default (5 before 2025)
     check: bool = True   # nccl-tests -c default
     explicit_backends: bool = False  # the user named the backends (so an impossible one is an error)
 

@@ -55,7 +55,7 @@ class CommRecord:
                        algbw_gb_per_s=big[f"algbw_gb_per_s_{mode}"], time_us_max_size=big[f"time_us_{mode}"],
                        bytes_min=small["bytes"], latency_us=small[f"time_us_{coll.best_mode(small)}"],
                        wrong_elements=sum(r.get("wrong", 0) for r in self.rows))
-            ceiling = self.info.get("copy_gb_per_s_all_threads")
+            ceiling = self.info.get("copy_gb_per_s_rank")
             if ceiling:
                 out["busbw_frac_of_copy"] = out["busbw_gb_per_s"] / ceiling
         return out

@@ -110,7 +110,9 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
     env, ceiling = {}, {}
     if info.is_main:  # the other ranks wait in a gloo barrier (blocking, not spinning)
         from harness import membw
-        ceiling = membw.ceilings("cpu")
+        ceiling = membw.ceilings(torch.get_num_threads())
+        if g.nccl is not None:  # NCCL's ceiling is the GPUs' link: its datasheet figure, and device memory copy
+            ceiling.update(membw.gpu_ceilings())
         env = {**envinfo.capture(), "load_start": comm_bench.load_now(), "threads_per_rank": torch.get_num_threads()}
     td.barrier()
     nodes = dist_mod.node_count(info)
@@ -193,9 +195,9 @@ def _report(records: list[CommRecord], ceiling: dict) -> None:
     if not records:
         return
     backends = list(dict.fromkeys(r.config["backend"] for r in records))
-    print(f"busbw (GB/s) at the largest size, {records[0].config['ranks']} ranks; memory copy ceiling "
-          f"{ceiling.get('copy_gb_per_s_all_threads', float('nan')):.2f} GB/s "
-          f"({ceiling.get('copy_gb_per_s_one_thread', float('nan')):.2f} with one thread)")
+    print(f"busbw (GB/s) at the largest size, {records[0].config['ranks']} ranks; memory copy "
+          f"{ceiling.get('copy_gb_per_s_rank', float('nan')):.2f} GB/s with a rank's {ceiling.get('copy_threads_rank')} "
+          f"thread(s), {ceiling.get('copy_gb_per_s_all_cores', float('nan')):.2f} with all cores")
     print(f"  {'collective':<15}{'dtype':<10}" + "".join(f"{b:>12}" for b in backends))
     for key in dict.fromkeys((r.config["collective"], r.config["dtype"]) for r in records):
         cells = []

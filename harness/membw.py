@@ -4,11 +4,12 @@ On one node gloo and MPI move bytes through shared memory: every byte a rank rec
 least one copy (read from the sender's buffer, written to the receiver's), so no collective's
 bus bandwidth can beat a plain memory copy on the same cores. Measured STREAM-style on large
 torch tensors (64 MiB per array on CPU, far beyond the caches; 1 GiB on a GPU), best of REPS,
-with one thread and with all of the process's threads, and cached per device.
+with one thread, a rank's threads and all cores, and cached per device.
 
 Units: copy_gb_per_s = bytes copied / s (each byte read once and written once): the figure a
 busbw is compared with. STREAM prints its Copy as 2x that (it counts read + write bytes);
-stream_copy_gb_per_s keeps that convention beside it.
+stream_copy_gb_per_s keeps that convention beside it. Measured here (2-core Xeon VM): one
+thread ~6 GB/s, both cores ~9 GB/s.
 """
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from harness.measure_cache import cached
 from harness.timing import sync
 
 ARRAY_BYTES = {"cpu": 64 * 2 ** 20, "cuda": 2 ** 30}
+# NVLink bandwidth per GPU and direction (GB/s), from NVIDIA's datasheets: NVLink 4 on H100/H200
+# SXM is 900 GB/s bidirectional. nccl-tests all-reduce busbw on 8 of them: ~370 GB/s (ring),
+# ~480 GB/s with NVLink SHARP (../shared/reference/parallelism.md, section 2).
+NVLINK_GB_PER_S = {"H200": 450.0, "H100": 450.0, "A100": 300.0}
 REPS = 7
 
 
@@ -45,15 +50,27 @@ def measure_copy(device: str, threads: int | None = None) -> float:
         torch.set_num_threads(old)
 
 
-def ceilings(device: str) -> dict[str, float]:
-    """Copy bandwidth (GB/s) with one thread and all of this process's threads, cached."""
+def ceilings(rank_threads: int) -> dict[str, float]:
+    """CPU copy bandwidth (GB/s, cached): one thread, the threads one rank runs with (the rank's
+    own ceiling: the figure its busbw is held against), and all of the node's cores."""
+    import os
+
     from harness.peak import device_name
-    threads = torch.get_num_threads()
-    key = f"{device_name(device)}|copy"
-    one = cached("membw.json", f"{key}|1", lambda: measure_copy(device, 1)) if device == "cpu" else None
-    every = cached("membw.json", f"{key}|{threads}", lambda: measure_copy(device, threads))
-    out = {"copy_gb_per_s_all_threads": every / 1e9, "stream_copy_gb_per_s_all_threads": 2 * every / 1e9,
-           "membw_threads": threads}
-    if one is not None:
-        out.update(copy_gb_per_s_one_thread=one / 1e9, stream_copy_gb_per_s_one_thread=2 * one / 1e9)
+    key = f"{device_name('cpu').rsplit(' x', 1)[0]}|copy"
+    cores = len(os.sched_getaffinity(0))
+    get = lambda t: cached("membw.json", f"{key}|{t}", lambda: measure_copy("cpu", t)) / 1e9  # noqa: E731
+    out = {"copy_gb_per_s_one_thread": get(1), "copy_gb_per_s_rank": get(rank_threads),
+           "copy_gb_per_s_all_cores": get(cores), "copy_threads_rank": rank_threads, "copy_threads_all": cores}
+    out["stream_copy_gb_per_s_all_cores"] = 2 * out["copy_gb_per_s_all_cores"]  # STREAM's convention
+    return out
+
+
+def gpu_ceilings() -> dict[str, float]:
+    """The GPU's device-memory copy bandwidth (measured, cached) and its NVLink figure per
+    direction where the datasheet is known."""
+    out = {"copy_gb_per_s_device": cached("membw.json", f"{torch.cuda.get_device_name()}|copy",
+                                          lambda: measure_copy("cuda")) / 1e9}
+    for model, gbs in NVLINK_GB_PER_S.items():
+        if model in torch.cuda.get_device_name():
+            out["nvlink_gb_per_s_vendor"] = gbs
     return out

@@ -2,6 +2,7 @@
 
 loader_throughput, dali_tuning: harness/perf_loader.py.
 parallel_strategies: harness/perf_parallel.py (zero1, fsdp, tp, tp+sp against DDP at 2 ranks).
+collectives: harness/perf_comm.py (busbw per collective, gloo vs MPI, against the memory-copy ceiling).
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import data, envinfo, loop, perf_loader, perf_mpi, perf_parallel, registry
+from harness import data, envinfo, loop, perf_comm, perf_loader, perf_mpi, perf_parallel, registry
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.record import RunRecord
@@ -133,7 +134,8 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "dali_tuning": perf_loader.dali_tuning,
               "data_wait_share": data_wait_share, "staging_throughput": perf_mpi.staging_throughput,
               "ddp_scaling": perf_mpi.ddp_scaling, "ingest_rate": results_perf.ingest_rate,
-              "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies}
+              "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies,
+              "collectives": perf_comm.collectives_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,9 +180,22 @@ def largest(sized) -> pd.DataFrame:
             .sort_values(["collective", "backend"]).reset_index(drop=True))
 
 
-def verdict_lines(top, ceiling_gb_per_s: float | None) -> list[str]:
+def ceilings_by_backend(summary: dict) -> dict[str, tuple[str, float]]:
+    """The ceiling each backend's busbw is held against, from a record's summary: the memory
+    copy for gloo and MPI (shared memory), NVLink's datasheet figure for NCCL where known."""
+    out = {}
+    copy = _num(summary.get("copy_gb_per_s_rank"))  # what one rank can copy with its threads
+    if copy:
+        out.update(gloo=("memory-copy ceiling", copy), mpi=("memory-copy ceiling", copy))
+    nvlink = _num(summary.get("nvlink_gb_per_s_vendor"))
+    if nvlink:
+        out["nccl"] = ("NVLink figure per direction", nvlink)
+    return out
+
+
+def verdict_lines(top: pd.DataFrame, ceilings: dict[str, tuple[str, float]]) -> list[str]:
     """One sentence per collective and dtype at the largest size: each backend's busbw, the
-    fastest against the others, and the fraction of the memory-copy ceiling."""
+    fastest against the next, and the fastest's fraction of its ceiling (ceilings_by_backend)."""
     out = []
     for (c, dtype), g in top.groupby(["collective", "dtype"], sort=False):
         g = g.sort_values("busbw_gb_per_s", ascending=False)
@@ -191,8 +204,9 @@ def verdict_lines(top, ceiling_gb_per_s: float | None) -> list[str]:
         line = f"{c} ({dtype}, {_human(best['bytes'])}): busbw " + ", ".join(parts)
         if len(g) > 1 and g.iloc[1]["busbw_gb_per_s"] > 0:
             line += f"; {best['backend']} {best['busbw_gb_per_s'] / g.iloc[1]['busbw_gb_per_s']:.1f}x {g.iloc[1]['backend']}"
-        if ceiling_gb_per_s:
-            line += f"; {100 * best['busbw_gb_per_s'] / ceiling_gb_per_s:.0f}% of the memory-copy ceiling"
+        if best["backend"] in ceilings:
+            name, value = ceilings[best["backend"]]
+            line += f"; {100 * best['busbw_gb_per_s'] / value:.0f}% of the {name}"
         out.append(line)
     return out
 

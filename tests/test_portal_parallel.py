@@ -109,13 +109,15 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
     at.switch_page("pages/collectives.py").run()
     assert not at.exception, [e.value for e in at.exception]
     verdicts, not_measured = at.text[0].value.splitlines(), at.text[1].value
-    ceiling = float(recs["copy_gb_per_s_all_threads"].iloc[0])
-    assert verdicts == collectives.verdict_lines(top, ceiling) and len(verdicts) == len(collectives.COLLECTIVES)
+    ceilings = collectives.ceilings_by_backend(recs.iloc[0].to_dict())
+    assert verdicts == collectives.verdict_lines(top, ceilings) and len(verdicts) == len(collectives.COLLECTIVES)
     for c in collectives.COLLECTIVES:  # each line names both backends with the recorded busbw
         rows = top[top["collective"] == c].set_index("backend")
         line = next(v for v in verdicts if v.startswith(f"{c} (float32, 1 MiB): busbw "))
         for b in ("gloo", "mpi"):
             assert f"{b} {rows.loc[b, 'busbw_gb_per_s']:.2f} GB/s" in line
+        best = rows["busbw_gb_per_s"].max()
+        assert line.endswith(f"% of the memory-copy ceiling") and f"; {100 * best / ceilings['mpi'][1]:.0f}%" in line
     assert "nccl all_reduce: unsupported: NCCL needs CUDA GPUs" in not_measured
     shown = at.dataframe[0].value
     assert len(shown) == 2 * len(collectives.COLLECTIVES)
@@ -160,10 +162,10 @@ def test_collectives_page_in_chromium(parallel_store):
         assert page.locator("[data-testid='stException']").count() == 0
         body = page.inner_text("body")
         assert "Collectives: bandwidth and latency per backend" in body and "DeltaGenerator" not in body
-        for line in collectives.verdict_lines(top, float(recs["copy_gb_per_s_all_threads"].iloc[0])):
+        for line in collectives.verdict_lines(top, collectives.ceilings_by_backend(recs.iloc[0].to_dict())):
             assert line in body, line
         assert "nccl send_recv: unsupported: NCCL needs CUDA GPUs" in body
         legend = page.inner_text(".js-plotly-plot")
-        for words in ("gloo (ip)", "mpi (oop)", "memory copy, all threads", *collectives.COLLECTIVES):
+        for words in ("gloo (ip)", "mpi (oop)", "memory copy, all cores", *collectives.COLLECTIVES):
             assert words in legend, words  # the legend and every collective's panel
         browser.close()

@@ -29,9 +29,9 @@ dtypes = sorted(sel["dtype"].unique(), key=lambda d: (d != "float32", d))  # flo
 dtype = st.selectbox("dtype", dtypes) if len(dtypes) > 1 else dtypes[0]
 sel = sel[sel["dtype"] == dtype]
 first = sel.iloc[0]
-ceilings = {name: float(first[col]) for col, name in (("copy_gb_per_s_all_threads", "memory copy, all threads"),
-                                                      ("copy_gb_per_s_one_thread", "memory copy, one thread"))
-            if col in sel and first.notna().get(col, False)}
+CEILINGS = (("copy_gb_per_s_rank", "memory copy, a rank's threads"), ("copy_gb_per_s_all_cores", "memory copy, all cores"),
+            ("nvlink_gb_per_s_vendor", "NVLink per direction (datasheet)"), ("copy_gb_per_s_device", "GPU memory copy"))
+ceilings = {name: float(first[col]) for col, name in CEILINGS if col in sel and first.notna().get(col, False)}
 
 st.caption("Definitions as nccl-tests: size S is the whole array (the all_gather output, the reduce_scatter input); "
            "time = the slowest rank's mean over the timed iterations; algbw = S / time; busbw = algbw x 2(n-1)/n "
@@ -39,7 +39,8 @@ st.caption("Definitions as nccl-tests: size S is the whole array (the all_gather
            "and send/recv. Every result was checked by value; wrong data fails the record. The ceiling is a plain "
            "memory copy of large arrays on this machine: on one node gloo and MPI move bytes through shared "
            "memory, at least one copy per byte, so busbw cannot pass it once S is larger than the caches "
-           "(smaller sizes can, from cache).")
+           "(smaller sizes can, from cache). A rank's busbw is held against the copy one rank can do with its "
+           "threads; the node's all-core copy is drawn above it.")
 cores, per_node = first.get("cpu_cores"), first.get("ranks_per_node")
 if cores == cores and per_node == per_node and cores and per_node and per_node > cores:  # NaN-safe
     st.warning(f"{int(per_node)} ranks on {int(cores)} cores of a node: oversubscribed. MPI's busy-polling waits "
@@ -54,7 +55,7 @@ if sized.empty:
     st.info("No finished record in this benchmark run.")
 else:
     top = collectives.largest(sized)
-    st.text("\n".join(collectives.verdict_lines(top, ceilings.get("memory copy, all threads"))))
+    st.text("\n".join(collectives.verdict_lines(top, collectives.ceilings_by_backend(first.to_dict()))))
     st.plotly_chart(charts.collective_panels(sized, "busbw_gb_per_s", "busbw (GB/s)", "bus bandwidth vs size",
                                              ceilings=ceilings), width="stretch")
     small = sized[sized["bytes"] <= 64 * 2 ** 10]
@@ -64,10 +65,12 @@ else:
                                                  log_y=True), width="stretch")
     st.subheader("at the largest size")
     shown = top.assign(size_mib=top["bytes"] / 2 ** 20)
-    if ceilings.get("memory copy, all threads"):
-        shown["pct_of_copy_ceiling"] = 100 * shown["busbw_gb_per_s"] / ceilings["memory copy, all threads"]
+    by_backend = collectives.ceilings_by_backend(first.to_dict())
+    shown["pct_of_ceiling"] = [100 * bw / by_backend[b][1] if b in by_backend else None
+                               for b, bw in zip(shown["backend"], shown["busbw_gb_per_s"])]
+    shown["ceiling"] = [by_backend.get(b, ("", 0))[0] for b in shown["backend"]]
     cols = [c for c in ("collective", "backend", "mode", "size_mib", "time_us", "p50_us", "p95_us", "algbw_gb_per_s",
-                        "busbw_gb_per_s", "pct_of_copy_ceiling") if c in shown]
+                        "busbw_gb_per_s", "pct_of_ceiling", "ceiling") if c in shown]
     st.dataframe(shown[cols], hide_index=True, width="stretch")
 not_run = sel[sel["status"] != "finished"]
 if not not_run.empty:
