@@ -24,6 +24,7 @@ class _Groups:
     def __init__(self, opts: comm_bench.Options, info: dist_mod.DistInfo):
         import torch.distributed as td
         self.info = info
+        self.alive = now()  # when the last call completed (the watchdog reads it)
         self.comm = self.nccl = None
         self.why = {"gloo": "", "mpi": "", "nccl": ""}
         if "mpi" in opts.backends:
@@ -65,17 +66,20 @@ def _measure(g: _Groups, backend: str, collective: str, dtype: str, nbytes: int,
         g.barrier(backend)
         for _ in range(opts.warmup):
             case.run()
+            g.alive = now()
         times = []
         for _ in range(opts.iters):
             t0 = now()
             case.run()  # returns when the collective is complete on this rank
             times.append(now() - t0)
+            g.alive = now()  # the watchdog's heartbeat
         every: list = [None] * n
         td.all_gather_object(every, times)  # control plane (gloo), outside the timing
         row.update(coll.size_row(collective, count * elem, n, mode, every))
         if opts.check:
             case.init()
             case.run()
+            g.alive = now()
             wrong = torch.tensor([case.wrong()], dtype=torch.int64)
             td.all_reduce(wrong)
             row[f"wrong_{mode}"] = int(wrong)
@@ -124,6 +128,7 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
     done: list[CommRecord] = []
     failed = 0
     sizes = coll.sizes(opts.min_bytes, opts.max_bytes, opts.factor)
+    watchdog = _watchdog(g, open_recs)
     with signals_raise_killed(), comm_bench.progress(len(opts.dtypes) * len(opts.collectives) * len(sizes),
                                                      info.is_main) as bar:
         task = bar.add_task("collectives", total=len(opts.dtypes) * len(opts.collectives) * len(sizes))
@@ -178,6 +183,7 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
             print(f"harness: comm failed: {reason}", file=sys.stderr)
             failed += 1
         finally:
+            watchdog.set()
             dist_mod.shutdown()
     if info.is_main:
         _report(done, ceiling)
@@ -188,6 +194,27 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
                       file=sys.stderr)
                 break
     return 1 if failed else 0
+
+
+def _watchdog(g: _Groups, open_recs: list[CommRecord]):
+    """MPI calls have no timeout: a rank that hangs (stopped, deadlocked) would block the others
+    forever. When no call has completed for 1.5x the process group's timeout (gloo's own
+    timeout fires first on gloo), rank 0 fails its open records and every rank exits."""
+    import threading
+    limit = 1.5 * float(os.environ.get("HARNESS_DIST_TIMEOUT", dist_mod.DEFAULT_TIMEOUT_S))
+
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(min(5.0, limit / 4)):
+            if now() - g.alive > limit:
+                for rec in list(open_recs):
+                    rec.finish(schema.FAILED, f"another rank died or hung: no collective completed in {limit:.0f} s")
+                print(f"harness: comm failed: no collective completed in {limit:.0f} s (a rank hung?)",
+                      file=sys.stderr, flush=True)
+                os._exit(1)  # the main thread is blocked inside the hung call
+    threading.Thread(target=watch, daemon=True, name="comm-watchdog").start()
+    return stop  # set() when the measurements are over
 
 
 def _report(records: list[CommRecord], ceiling: dict) -> None:

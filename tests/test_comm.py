@@ -197,3 +197,25 @@ def test_nccl_without_gpus_is_one_line_and_exit_2(env):
     assert out.returncode == 2 and lines == [
         "harness: error: backend nccl needs CUDA GPUs and torch sees none here; valid here: gloo, mpi"], out.stderr
     assert not comm_dirs(env)
+
+
+STOP = """import os, signal, threading
+if os.environ.get("STOP_RANK") == os.environ.get("PMI_RANK"):
+    threading.Timer(float(os.environ["STOP_AFTER"]), lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
+"""
+
+
+@pytest.mark.slow
+def test_a_hung_rank_under_mpiexec_fails_the_record_in_bounded_time(env, tmp_path):
+    """Rank 1 stops (SIGSTOP: alive, silent) mid-benchmark. MPI calls have no timeout, so the
+    watchdog (or gloo's timeout on the control plane) ends rank 0's wait: failed records, exit."""
+    (tmp_path / "sc").mkdir()
+    (tmp_path / "sc" / "sitecustomize.py").write_text(STOP)
+    e = {**env, "PYTHONPATH": f"{tmp_path / 'sc'}:{env['PYTHONPATH']}", "STOP_RANK": "1", "STOP_AFTER": "10",
+         "HARNESS_DIST_TIMEOUT": "8"}
+    t0 = time.monotonic()
+    out = mpiexec(e, 2, "-m", "harness", "comm", "--collectives", "all_reduce", "--backends", "mpi",
+                  "-b", "1K", "-e", "64M", "-n", "300", "-w", "1", "--no-ingest", timeout=150)
+    assert out.returncode != 0 and time.monotonic() - t0 < 100, out.stderr[-2000:]
+    (rec,) = records(env).values()
+    assert rec["status"]["status"] == "failed" and rec["status"]["reason"].startswith("another rank died or hung")
