@@ -21,7 +21,7 @@ from results import schema
 
 
 class CommRecord:
-    def __init__(self, root: Path, config: dict[str, Any], env: dict[str, Any]):
+    def __init__(self, root: Path, config: dict[str, Any], env: dict[str, Any], info: dict[str, Any]):
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.run_id = (f"comm-{config['collective']}-{config['backend']}-{config['dtype']}-n{config['ranks']}-"
                        f"{stamp}-{os.getpid()}{secrets.token_hex(2)}")
@@ -35,7 +35,7 @@ class CommRecord:
                                                      "pid": os.getpid(), "host": socket.gethostname()})
         self._metrics = open(self.dir / schema.METRICS, "a", buffering=1)  # a kill loses one line at most
         self.rows: list[dict] = []
-        self.info: dict[str, Any] = {}
+        self.info: dict[str, Any] = dict(info)  # facts of the machine for the summary (ceilings, cores, load)
         self.finished = False
 
     def log_size(self, row: dict[str, Any]) -> None:

@@ -121,67 +121,59 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
     td.barrier()
     nodes = dist_mod.node_count(info)
     cores = len(os.sched_getaffinity(0))  # cores on this node the ranks may use
-    load0 = env.get("load_start", {})
     common = {**comm_bench.describe(opts), "ranks": info.world, "nodes": nodes, "bench": ids[0],
               "launcher": info.launcher}
+    facts = {**ceiling, "cpu_cores": cores, "ranks_per_node": dist_mod.ranks_on_this_node(),
+             **{f"{k}_start": v for k, v in env.get("load_start", {}).items()}}
     open_recs: list[CommRecord] = []
     done: list[CommRecord] = []
     failed = 0
     sizes = coll.sizes(opts.min_bytes, opts.max_bytes, opts.factor)
+    total = len(opts.dtypes) * len(opts.collectives) * len(sizes)
     watchdog = _watchdog(g, open_recs)
-    with signals_raise_killed(), comm_bench.progress(len(opts.dtypes) * len(opts.collectives) * len(sizes),
-                                                     info.is_main) as bar:
-        task = bar.add_task("collectives", total=len(opts.dtypes) * len(opts.collectives) * len(sizes))
+    with signals_raise_killed(), comm_bench.progress(total, info.is_main) as bar:
+        task = bar.add_task("collectives", total=total)
         try:
             for dtype in opts.dtypes:
                 for collective in opts.collectives:
-                    active: dict[str, CommRecord | None] = {}
+                    active = {}  # backend -> its open record (None on ranks other than 0)
                     for backend in opts.backends:
                         cfg = {**common, "collective": collective, "backend": backend, "dtype": dtype,
                                "device": "cuda" if backend == "nccl" else "cpu",
                                "modes": list(cases.modes(backend, collective))}
-                        rec = CommRecord(root, cfg, env) if info.is_main else None
-                        if rec:
-                            rec.info.update(ceiling, cpu_cores=cores, ranks_per_node=dist_mod.ranks_on_this_node(), **{f"{k}_start": v for k, v in load0.items()})
-                            done.append(rec)
+                        rec = CommRecord(root, cfg, env, facts) if info.is_main else None
+                        done += [rec] if rec else []
                         reason = g.why[backend] or cases.unsupported(backend, collective, dtype)
                         if reason:
-                            rec and rec.finish(schema.UNSUPPORTED, reason)
+                            _close(rec, open_recs, schema.UNSUPPORTED, reason)
                             continue
                         active[backend] = rec
-                        rec and open_recs.append(rec)
+                        open_recs += [rec] if rec else []
                     for nbytes in sizes:
                         bar.update(task, description=f"{collective} {dtype} {nbytes:,} B")
                         for backend in list(active):
                             row = _measure(g, backend, collective, dtype, nbytes, opts)
-                            rec = active[backend]
-                            if rec:
-                                rec.log_size(row)
+                            if active[backend]:
+                                active[backend].log_size(row)
                             if row["wrong"]:  # wrong data is a failed record, not a fast one
                                 failed += 1
-                                if rec:
-                                    rec.finish(schema.FAILED, f"wrong data: {row['wrong']} elements differ "
-                                                              f"at {row['bytes']:,} B")
-                                    open_recs.remove(rec)
-                                del active[backend]
+                                _close(active.pop(backend), open_recs, schema.FAILED,
+                                       f"wrong data: {row['wrong']} elements differ at {row['bytes']:,} B")
                         bar.advance(task)
-                    for backend, rec in active.items():
-                        if rec:
-                            rec.info["load_end"] = comm_bench.load_now()
-                            rec.finish(schema.FINISHED)
-                            open_recs.remove(rec)
+                    for rec in active.values():
+                        _close(rec, open_recs, schema.FINISHED, "", loadavg_1m_end=comm_bench.load_now().get("loadavg_1m"))
         except Killed as e:
-            for rec in open_recs:
-                rec.finish(schema.KILLED, str(e))
             failed += 1
+            for rec in list(open_recs):
+                _close(rec, open_recs, schema.KILLED, str(e))
         except Exception as e:  # noqa: BLE001 - a dead peer, a timeout: the records say so
+            failed += 1
             reason = f"{type(e).__name__}: {e}".splitlines()[0]
             if "remote worker" in reason or "Connection closed" in reason:
                 reason = f"another rank died or hung: {reason}"
-            for rec in open_recs:
-                rec.finish(schema.FAILED, reason)
+            for rec in list(open_recs):
+                _close(rec, open_recs, schema.FAILED, reason)
             print(f"harness: comm failed: {reason}", file=sys.stderr)
-            failed += 1
         finally:
             watchdog.set()
             dist_mod.shutdown()
@@ -194,6 +186,16 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
                       file=sys.stderr)
                 break
     return 1 if failed else 0
+
+
+def _close(rec: CommRecord | None, open_recs: list[CommRecord], status: str, reason: str, **facts) -> None:
+    """Finish a record (rank 0; other ranks hold None) and drop it from the open ones."""
+    if rec is None:
+        return
+    rec.info.update({k: v for k, v in facts.items() if v is not None})
+    rec.finish(status, reason)
+    if rec in open_recs:
+        open_recs.remove(rec)
 
 
 def _watchdog(g: _Groups, open_recs: list[CommRecord]):
