@@ -61,6 +61,14 @@ def test_empty_store_says_what_to_run(monkeypatch, tmp_path, page):
     assert any("make demo" in i.value for i in at.info)
 
 
+def test_collectives_page_on_an_empty_store_says_what_to_run(monkeypatch, tmp_path):
+    at = _page(monkeypatch, tmp_path / "empty", "collectives")
+    assert [i.value for i in at.info] == [
+        "No collectives records yet. Run `make comm RANKS=2` (all_reduce, reduce_scatter, all_gather, all_to_all, "
+        "broadcast, reduce, send/recv on gloo and MPI, under mpiexec) and press Refresh."]
+    assert not at.get("plotly_chart")
+
+
 def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     root, _ = seeded
     at = _page(monkeypatch, root)
