@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+XSS = "<script>alert(1)</script>"  # a hostile string the portal must show as text, never run
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +59,32 @@ def sweep_store(base: Path, data_root: Path, sweep_yaml: str) -> tuple[Path, sub
     p = harness(env, "sweep", str(sweep), timeout=900)
     assert p.returncode == 0, p.stderr
     return root, p
+
+
+@pytest.fixture(scope="session")
+def seeded(tmp_path_factory, data_root):
+    """A store seeded by a real tiny CosmoFlow sweep plus a crafted failed run with a hostile
+    sweep name and reason; read-only, shared by the portal test files (one sweep, not one each)."""
+    import json
+    import shutil
+
+    from results.ingest import ingest_all
+    root, _ = sweep_store(tmp_path_factory.mktemp("portal"), data_root, """
+        name: portal
+        workloads: [cosmoflow]
+        repeats: 2
+        matrix: [baseline, add_one_in, all_on]
+        toggles: [channels_last, dali, cuda_graphs]
+        base: {steps: 4, warmup_steps: 1}
+    """)
+    real = sorted((root / "runs").glob("*"))[0]
+    crafted = real.with_name(real.name + "-crafted")  # a failed run with a hostile sweep name and reason
+    shutil.copytree(real, crafted)
+    cfg = json.loads((crafted / "config.json").read_text())
+    cfg.update(run_id=crafted.name, sweep=XSS)
+    (crafted / "config.json").write_text(json.dumps(cfg))
+    st = json.loads((crafted / "status.json").read_text())
+    st.update(status="failed", reason=f"RuntimeError: {XSS}")
+    (crafted / "status.json").write_text(json.dumps(st))
+    assert len(ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")["added"]) == 1
+    return root, crafted.name

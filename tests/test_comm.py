@@ -77,7 +77,9 @@ def test_predicted_time_interpolates_the_measured_sizes():
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_every_collective_is_verified_on_gloo_and_mpi_and_recorded(env, ranks):
     dtypes = "float32,bfloat16" if ranks == 2 else "float32"
-    out = mpiexec(env, ranks, "-m", "harness", "comm", *SMALL, "--dtypes", dtypes, timeout=600)
+    factor = 4 if ranks == 2 else 16  # 4 ranks on 2 cores are oversubscribed: fewer sizes
+    out = mpiexec(env, ranks, "-m", "harness", "comm", "-b", "8", "-e", "64K", "-f", str(factor), "-n", "3", "-w", "1",
+                  "--dtypes", dtypes, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(env)
     for collective in coll.COLLECTIVES:
@@ -92,7 +94,7 @@ def test_every_collective_is_verified_on_gloo_and_mpi_and_recorded(env, ranks):
                 assert r["status"]["status"] == "finished", (collective, backend, r["status"])
                 rows = [m for m in r["metrics"] if m["kind"] == "size"]
                 measured = [m for m in rows if "skipped" not in m]
-                assert [m["requested_bytes"] for m in rows] == coll.sizes(8, 65536, 4)
+                assert [m["requested_bytes"] for m in rows] == coll.sizes(8, 65536, factor)
                 assert measured and all(m["wrong"] == 0 for m in measured)
                 for m in measured:
                     for mode in r["config"]["modes"]:  # each mode checked by value, its figures consistent

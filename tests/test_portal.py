@@ -2,42 +2,14 @@
 dir, seeded with a real tiny sweep plus crafted failure records (one with a hostile name)."""
 from __future__ import annotations
 
-import json
-import shutil
-
 import plotly.io
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from results import report
-from results.ingest import ingest_all
-from tests.conftest import REPO, sweep_store
+from tests.conftest import REPO, XSS
 
 APP = str(REPO / "portal" / "app.py")
-XSS = "<script>alert(1)</script>"
-
-
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory, data_root):
-    root, _ = sweep_store(tmp_path_factory.mktemp("portal"), data_root, """
-        name: portal
-        workloads: [cosmoflow]
-        repeats: 2
-        matrix: [baseline, add_one_in, all_on]
-        toggles: [channels_last, dali, cuda_graphs]
-        base: {steps: 4, warmup_steps: 1}
-    """)
-    real = sorted((root / "runs").glob("*"))[0]
-    crafted = real.with_name(real.name + "-crafted")  # a failed run with a hostile sweep name and reason
-    shutil.copytree(real, crafted)
-    cfg = json.loads((crafted / "config.json").read_text())
-    cfg.update(run_id=crafted.name, sweep=XSS)
-    (crafted / "config.json").write_text(json.dumps(cfg))
-    st = json.loads((crafted / "status.json").read_text())
-    st.update(status="failed", reason=f"RuntimeError: {XSS}")
-    (crafted / "status.json").write_text(json.dumps(st))
-    assert len(ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")["added"]) == 1
-    return root, crafted.name
 
 
 def _page(monkeypatch, root, page: str | None = None) -> AppTest:

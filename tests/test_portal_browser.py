@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.test_portal import seeded  # noqa: F401  (fixture: a store with a real sweep)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts" / "portal"
@@ -59,7 +58,7 @@ def serve(results_root: Path):
 
 
 @pytest.fixture(scope="module")
-def portal_url(seeded):  # noqa: F811
+def portal_url(seeded):  # conftest's session store
     with serve(seeded[0]) as url:
         yield url
 
