@@ -16,9 +16,7 @@ mpiexec the launcher kills the survivors and the next ingest closes the orphaned
 """
 from __future__ import annotations
 
-import os
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from harness.config import UsageError
 from results import collectives as coll
 
 BACKENDS = ("gloo", "mpi", "nccl")
-UNITS = {"": 1, "B": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}  # nccl-tests' parsesize: binary units
+UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}  # nccl-tests' parsesize: binary units
 
 
 @dataclass(frozen=True)
@@ -44,13 +42,13 @@ class Options:
 
 
 def parse_size(text: str) -> int:
-    t = text.strip().upper().removesuffix("IB").removesuffix("B") if text.strip().upper() != "B" else "1"
-    unit = t[-1:] if t[-1:] in UNITS else ""
+    """8, 64K, 64KB, 64KiB, 256M, 1.5G -> bytes (binary units, as nccl-tests' parsesize)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1] if t and t[-1] in UNITS else ""
     try:
-        value = float(t[:len(t) - len(unit)])
+        return int(float(t[:-1] if unit else t) * UNITS[unit])
     except ValueError:
         raise UsageError(f"bad size {text!r}: a byte count like 8, 64K, 256M or 1G") from None
-    return int(value * UNITS[unit])
 
 
 def _choices(text: str, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -101,7 +99,7 @@ def describe(opts: Options) -> dict:
     return d
 
 
-def progress(total: int, enabled: bool):
+def progress(enabled: bool):
     """A rich progress bar on rank 0 (stderr), nothing elsewhere."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.console import Console
@@ -110,5 +108,7 @@ def progress(total: int, enabled: bool):
 
 
 def bench_id() -> str:
-    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    """One invocation's id, shared by its records (rank 0's, broadcast)."""
+    from harness.record import unique_stamp
+    return unique_stamp()
 

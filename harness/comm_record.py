@@ -9,34 +9,32 @@ status.json, written last. No mlperf.log: this is not an MLPerf benchmark.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
+from harness.record import unique_stamp
 from results import collectives as coll
 from results import schema
 
 
 class CommRecord:
     def __init__(self, root: Path, config: dict[str, Any], env: dict[str, Any], info: dict[str, Any]):
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.run_id = (f"comm-{config['collective']}-{config['backend']}-{config['dtype']}-n{config['ranks']}-"
-                       f"{stamp}-{os.getpid()}{secrets.token_hex(2)}")
+                       f"{unique_stamp()}")
         self.dir = Path(root) / coll.SUBDIR / self.run_id
         self.dir.mkdir(parents=True, exist_ok=False)
         self.started = time.time()
         self.config = {**config, "kind": coll.KIND, "run_id": self.run_id, "record_version": schema.RECORD_VERSION}
         schema.write_json(self.dir / schema.CONFIG, self.config)
         schema.write_json(self.dir / schema.ENV, env)
-        schema.write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started,
-                                                     "pid": os.getpid(), "host": socket.gethostname()})
+        schema.open_record(self.dir, self.started)
         self._metrics = open(self.dir / schema.METRICS, "a", buffering=1)  # a kill loses one line at most
         self.rows: list[dict] = []
         self.info: dict[str, Any] = dict(info)  # facts of the machine for the summary (ceilings, cores, load)
         self.finished = False
+        self.status = schema.RUNNING
+        self.final: dict[str, Any] = {}  # the summary as written at finish
 
     def log_size(self, row: dict[str, Any]) -> None:
         row = {"kind": "size", "t": time.time() - self.started, **row}
@@ -65,6 +63,6 @@ class CommRecord:
             return
         self.finished = True
         self._metrics.close()
-        schema.write_json(self.dir / schema.SUMMARY, self.summary())
-        schema.write_json(self.dir / schema.STATUS, {"status": status, "reason": reason,
-                                                     "started": self.started, "ended": time.time()})
+        self.final = self.summary()
+        self.status = status
+        schema.close_record(self.dir, self.final, status, reason, self.started)

@@ -46,7 +46,10 @@ class _Groups:
 
     def barrier(self, backend: str) -> None:
         import torch.distributed as td
-        self.comm.Barrier() if backend == "mpi" else td.barrier()
+        if backend == "mpi":
+            self.comm.Barrier()
+        else:
+            td.barrier()
 
 
 def _measure(g: _Groups, backend: str, collective: str, dtype: str, nbytes: int,
@@ -131,7 +134,7 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
     sizes = coll.sizes(opts.min_bytes, opts.max_bytes, opts.factor)
     total = len(opts.dtypes) * len(opts.collectives) * len(sizes)
     watchdog = _watchdog(g, open_recs)
-    with signals_raise_killed(), comm_bench.progress(total, info.is_main) as bar:
+    with signals_raise_killed(), comm_bench.progress(info.is_main) as bar:
         task = bar.add_task("collectives", total=total)
         try:
             for dtype in opts.dtypes:
@@ -232,8 +235,7 @@ def _report(records: list[CommRecord], ceiling: dict) -> None:
         cells = []
         for b in backends:
             r = next(x for x in records if (x.config["collective"], x.config["dtype"], x.config["backend"]) == (*key, b))
-            st = schema.read_record(r.dir)["status"]["status"]
-            bw = r.summary().get("busbw_gb_per_s")
-            cells.append(f"{bw:>12.3f}" if st == schema.FINISHED and bw is not None else f"{st:>12}")
+            bw = r.final.get("busbw_gb_per_s")
+            cells.append(f"{bw:>12.3f}" if r.status == schema.FINISHED and bw is not None else f"{r.status:>12}")
         print(f"  {key[0]:<15}{key[1]:<10}" + "".join(cells))
     print(f"records: {records[0].dir.parent} ({len(records)}); portal: make portal, page Collectives")

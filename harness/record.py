@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,14 @@ from harness.mlperf_log import MLLog, NullMLLog
 from results import schema, scoring, stats
 
 
+def unique_stamp() -> str:
+    """UTC time + pid + random suffix: unique across processes and across runs in one process
+    and second (the tail of every record's id)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}{secrets.token_hex(2)}"
+
+
 def make_run_id(cfg: RunConfig) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    # pid + random suffix: unique across processes and across runs in one process and second
-    return f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-{stamp}-{os.getpid()}{secrets.token_hex(2)}"
+    return f"{cfg.workload}-{cfg.size}-{cfg.variant_hash()}-{unique_stamp()}"
 
 
 class RunRecord:
@@ -35,8 +38,7 @@ class RunRecord:
                                                "variant": cfg.variant_hash(),
                                                "record_version": schema.RECORD_VERSION})
         schema.write_json(self.dir / schema.ENV, env)
-        schema.write_json(self.dir / schema.STATUS, {"status": schema.RUNNING, "reason": "", "started": self.started,
-                                               "pid": os.getpid(), "host": socket.gethostname()})
+        schema.open_record(self.dir, self.started)
         self._metrics = open(self.dir / schema.METRICS, "a", buffering=1)
         self.mllog = MLLog(self.dir / schema.MLPERF_LOG)
         self.steps: list[dict] = []
@@ -102,9 +104,7 @@ class RunRecord:
         self.finished = True
         self._metrics.close()
         self.mllog.close()
-        schema.write_json(self.dir / schema.SUMMARY, self.summary())
-        schema.write_json(self.dir / schema.STATUS, {"status": status, "reason": reason,
-                                               "started": self.started, "ended": time.time()})
+        schema.close_record(self.dir, self.summary(), status, reason, self.started)
 
 
 class NullRecord:

@@ -108,38 +108,31 @@ def _sweep_parent(client, exp_id: str, sweep: str) -> str:
     return winner
 
 
-def _comm_tags(rec: dict[str, Any]) -> dict[str, str]:
-    """A collectives record (results/collectives.py): what it measured, where, and its status."""
-    cfg, env, st = rec["config"], rec["env"], rec["status"]
-    keys = ("run_id", "collective", "backend", "dtype", "ranks", "nodes", "device", "bench", "launcher")
-    tags = {**{k: cfg.get(k, "") for k in keys}, "status": st["status"], "status_reason": st.get("reason", "")[:4000],
-            "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""), "cpu_model": env.get("cpu_model", ""),
-            "gpu_name": env.get("gpu_name") or "", "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"],
-            "kind": collectives.KIND, "sweep": ""}
-    return {k: str(v) for k, v in tags.items()}
-
-
 def _tags(rec: dict[str, Any]) -> dict[str, str]:
+    """Tags of a record's MLflow run: what every record has (identity, status, machine), then
+    a training run's config and scheduler ids, or a collectives record's own settings."""
     cfg, env, st = rec["config"], rec["env"], rec["status"]
+    tags = {"run_id": cfg["run_id"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
+            "status": st["status"], "status_reason": st.get("reason", "")[:4000],
+            "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""),
+            "cpu_model": env.get("cpu_model", ""), "gpu_name": env.get("gpu_name") or "",
+            "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"]}
     if cfg.get("kind") == collectives.KIND:
-        return _comm_tags(rec)
+        tags.update({k: cfg.get(k, "") for k in ("collective", "backend", "dtype", "ranks", "nodes", "bench",
+                                                  "launcher")}, kind=collectives.KIND)
+        return {k: str(v) for k, v in tags.items()}
     slurm = env.get("slurm", {})
     sched = env.get("scheduler", {})  # neutral keys (records from before them have none)
-    tags = {
-        "run_id": cfg["run_id"], "variant": cfg["variant"], "workload": cfg["workload"],
-        "size": cfg["size"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
-        "status": st["status"], "status_reason": st.get("reason", "")[:4000],
-        "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""),
-        "cpu_model": env.get("cpu_model", ""), "gpu_name": env.get("gpu_name") or "",
+    tags.update({
+        "variant": cfg["variant"], "workload": cfg["workload"], "size": cfg["size"],
         "slurm_job_id": slurm.get("SLURM_JOB_ID", ""),
         "slurm_array_job_id": slurm.get("SLURM_ARRAY_JOB_ID", ""),
         "slurm_array_task_id": slurm.get("SLURM_ARRAY_TASK_ID", ""),
         "slurm_nodelist": slurm.get("SLURM_JOB_NODELIST", ""),
         "scheduler": sched.get("name", ""), "job_id": sched.get("job_id", ""),
-        "array_task_id": sched.get("array_task_id", ""),
-        "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"], "kind": "run",
+        "array_task_id": sched.get("array_task_id", ""), "kind": "run",
         "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
-    }
+    })
     return {k: str(v) for k, v in tags.items()}
 
 
@@ -203,11 +196,9 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
         tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, tags["sweep"])
     run = client.create_run(exp_id, start_time=start_ms, tags=tags)
     rid = run.info.run_id
+    # a collectives record's whole summary (bandwidths, latency, ceilings) is its figures
     metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
-               if (k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
-    if comm:  # the whole summary (bandwidths, latency, ceiling) is the record's figures
-        metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
+               if (comm or k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
     for row in rec["metrics"]:
         ts = start_ms + int(1000 * row.get("t", 0))
         if row["kind"] == "size":  # per-size figures as histories whose step is the size in bytes

@@ -110,6 +110,19 @@ def orphaned(status: dict) -> bool:
             and isinstance(status.get("pid"), int) and not _pid_alive(status["pid"]))
 
 
+def open_record(run_dir: Path, started: float) -> None:
+    """A record's status while its process runs: who and where (an orphan is found by them)."""
+    write_json(Path(run_dir) / STATUS, {"status": RUNNING, "reason": "", "started": started,
+                                        "pid": os.getpid(), "host": socket.gethostname()})
+
+
+def close_record(run_dir: Path, summary: dict, status: str, reason: str, started: float) -> None:
+    """A record's last two writes: its summary, then its final status (last, so a reader that
+    sees a final status also sees the summary)."""
+    write_json(Path(run_dir) / SUMMARY, summary)
+    write_json(Path(run_dir) / STATUS, {"status": status, "reason": reason, "started": started, "ended": time.time()})
+
+
 def finalize_orphan(run_dir: Path, reason: str) -> None:
     """Close a dead run's record as failed (the only write ever made to another's record)."""
     path = Path(run_dir) / STATUS

@@ -3,7 +3,6 @@ checked by value on gloo and MPI under real mpiexec at 2 and 4 ranks, records an
 ingest, corrupted data caught, a dead rank, and bad input."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

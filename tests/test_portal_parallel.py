@@ -37,6 +37,19 @@ def parallel_store(tmp_path_factory, data_root):
     return root
 
 
+def _ddp_prediction(root: Path, recs) -> str:
+    """ddp@2's predicted communication, recomputed by hand: DDP issues all-reduces only, so
+    calls x the benchmarked gloo time of one call of its size (the words the page prints)."""
+    runs = report.records_frame(root / "runs")
+    runs["config"] = report.label_configs(runs)
+    ddp = runs[runs["config"] == "ddp@2"].iloc[0]
+    rows = collectives.table(recs[(recs["collective"] == "all_reduce") & (recs["backend"] == "gloo")]
+                             ["record_dir"].iloc[0])
+    calls, nbytes = ddp["comm_all_reduce_calls_per_step"], ddp["comm_all_reduce_bytes_per_step"]
+    want_ms = 1e3 * calls * collectives.time_at(rows, nbytes / calls)
+    return f"ddp@2: predicted communication {want_ms:.1f} ms of a {1e3 * ddp['median_step_s']:.1f} ms step"
+
+
 def _comm(root: Path):
     from results.tracking import default_tracking_uri
     recs = collectives.load_comm(default_tracking_uri(root))
@@ -70,36 +83,6 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path(shutil.which("chromium") or "/usr/bin/chromium").exists(),
-                    reason="Debian chromium not installed (make system-deps)")
-def test_parallelism_page_in_chromium(parallel_store):
-    from playwright.sync_api import sync_playwright
-
-    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, ARTIFACTS, serve
-    with serve(parallel_store) as url, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1200})
-        page.goto(f"{url}/parallelism")
-        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-        page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
-        page.wait_for_timeout(500)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "parallelism.png"), full_page=True)
-        assert page.locator("[data-testid='stException']").count() == 0
-        body = page.inner_text("body")
-        assert "Parallelism: strategies, collectives and memory" in body
-        assert "same global batch as the one-rank baseline" in body
-        assert "DeltaGenerator" not in body
-        want = report.parallel_table(report.records_frame(parallel_store / "runs"))
-        for _, r in want.iterrows():  # every verdict line, numbers included, as results computes it
-            assert report.verdict_line(r) in body, report.verdict_line(r)
-        assert "fsdp@2:" in body and "model state per rank = 0.500 of DDP's" in body
-        legend = page.inner_text(".js-plotly-plot")
-        assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
-        browser.close()
-
-
-@pytest.mark.slow
 def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_store):
     monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -117,7 +100,7 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
         for b in ("gloo", "mpi"):
             assert f"{b} {rows.loc[b, 'busbw_gb_per_s']:.2f} GB/s" in line
         best = rows["busbw_gb_per_s"].max()
-        assert line.endswith(f"% of the memory-copy ceiling") and f"; {100 * best / ceilings['mpi'][1]:.0f}%" in line
+        assert line.endswith("% of the memory-copy ceiling") and f"; {100 * best / ceilings['mpi'][1]:.0f}%" in line
     assert "nccl all_reduce: unsupported: NCCL needs CUDA GPUs" in not_measured
     shown = at.dataframe[0].value
     assert len(shown) == 2 * len(collectives.COLLECTIVES)
@@ -130,42 +113,54 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
     at.switch_page("pages/parallelism.py").run()
     assert not at.exception, [e.value for e in at.exception]
     lines = at.text[1].value.splitlines()
-    runs = report.records_frame(parallel_store / "runs")
-    runs["config"] = report.label_configs(runs)
-    ddp = runs[runs["config"] == "ddp@2"].iloc[0]
-    rows = collectives.table(recs[(recs["collective"] == "all_reduce") & (recs["backend"] == "gloo")]
-                             ["record_dir"].iloc[0])
-    calls, nbytes = ddp["comm_all_reduce_calls_per_step"], ddp["comm_all_reduce_bytes_per_step"]
-    want_ms = 1e3 * calls * collectives.time_at(rows, nbytes / calls)  # DDP: all-reduce only
     line = next(x for x in lines if x.startswith("ddp@2: predicted communication"))
-    assert f"{want_ms:.1f} ms of a {1e3 * ddp['median_step_s']:.1f} ms step" in line
+    assert _ddp_prediction(parallel_store, recs) in line
     assert any(x.startswith("fsdp@2: predicted communication") for x in lines)
+
+
+def _visit(browser, url: str, path: str, name: str) -> tuple[str, str]:
+    """(page text, first chart's text) of a portal page once its charts and tables are drawn;
+    a full-page screenshot goes to test-artifacts/portal/<name>.png."""
+    from tests.test_portal_browser import ARTIFACTS
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.goto(f"{url}/{path}")
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+    page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
+    page.wait_for_timeout(500)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0
+    body, legend = page.inner_text("body"), page.inner_text(".js-plotly-plot")
+    assert "DeltaGenerator" not in body
+    page.close()
+    return body, legend
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(shutil.which("chromium") or "/usr/bin/chromium").exists(),
                     reason="Debian chromium not installed (make system-deps)")
-def test_collectives_page_in_chromium(parallel_store):
+def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
     from playwright.sync_api import sync_playwright
 
-    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, ARTIFACTS, serve
+    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
     recs, top = _comm(parallel_store)
     with serve(parallel_store) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1200})
-        page.goto(f"{url}/collectives")
-        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-        page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
-        page.wait_for_timeout(500)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "collectives.png"), full_page=True)
-        assert page.locator("[data-testid='stException']").count() == 0
-        body = page.inner_text("body")
-        assert "Collectives: bandwidth and latency per backend" in body and "DeltaGenerator" not in body
+        body, legend = _visit(browser, url, "parallelism", "parallelism")
+        assert "Parallelism: strategies, collectives and memory" in body
+        assert "same global batch as the one-rank baseline" in body
+        want = report.parallel_table(report.records_frame(parallel_store / "runs"))
+        for _, r in want.iterrows():  # every verdict line, numbers included, as results computes it
+            assert report.verdict_line(r) in body, report.verdict_line(r)
+        assert "fsdp@2:" in body and "model state per rank = 0.500 of DDP's" in body
+        assert _ddp_prediction(parallel_store, recs) in body  # the predicted communication, as computed
+        assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
+
+        body, legend = _visit(browser, url, "collectives", "collectives")
+        assert "Collectives: bandwidth and latency per backend" in body
         for line in collectives.verdict_lines(top, collectives.ceilings_by_backend(recs.iloc[0].to_dict())):
             assert line in body, line
         assert "nccl send_recv: unsupported: NCCL needs CUDA GPUs" in body
-        legend = page.inner_text(".js-plotly-plot")
         for words in ("gloo (ip)", "mpi (oop)", "memory copy, all cores", *collectives.COLLECTIVES):
             assert words in legend, words  # the legend and every collective's panel
         browser.close()

@@ -32,6 +32,7 @@ first = sel.iloc[0]
 CEILINGS = (("copy_gb_per_s_rank", "memory copy, a rank's threads"), ("copy_gb_per_s_all_cores", "memory copy, all cores"),
             ("nvlink_gb_per_s_vendor", "NVLink per direction (datasheet)"), ("copy_gb_per_s_device", "GPU memory copy"))
 ceilings = {name: float(first[col]) for col, name in CEILINGS if col in sel and first.notna().get(col, False)}
+by_backend = collectives.ceilings_by_backend(first.to_dict())  # what each backend's busbw is held against
 
 st.caption("Definitions as nccl-tests: size S is the whole array (the all_gather output, the reduce_scatter input); "
            "time = the slowest rank's mean over the timed iterations; algbw = S / time; busbw = algbw x 2(n-1)/n "
@@ -55,7 +56,7 @@ if sized.empty:
     st.info("No finished record in this benchmark run.")
 else:
     top = collectives.largest(sized)
-    st.text("\n".join(collectives.verdict_lines(top, collectives.ceilings_by_backend(first.to_dict()))))
+    st.text("\n".join(collectives.verdict_lines(top, by_backend)))
     st.plotly_chart(charts.collective_panels(sized, "busbw_gb_per_s", "busbw (GB/s)", "bus bandwidth vs size",
                                              ceilings=ceilings), width="stretch")
     small = sized[sized["bytes"] <= 64 * 2 ** 10]
@@ -65,7 +66,6 @@ else:
                                                  log_y=True), width="stretch")
     st.subheader("at the largest size")
     shown = top.assign(size_mib=top["bytes"] / 2 ** 20)
-    by_backend = collectives.ceilings_by_backend(first.to_dict())
     shown["pct_of_ceiling"] = [100 * bw / by_backend[b][1] if b in by_backend else None
                                for b, bw in zip(shown["backend"], shown["busbw_gb_per_s"])]
     shown["ceiling"] = [by_backend.get(b, ("", 0))[0] for b in shown["backend"]]
