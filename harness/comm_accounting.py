@@ -32,6 +32,9 @@ _FUNCOL = {"all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "al
 
 
 
+_P2P = ("send", "recv_", "recv_any_source_")
+
+
 def _nbytes(x) -> int:
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
@@ -71,9 +74,11 @@ def _comm_debug_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             before = self.get_total_counts()
             out = super().__torch_dispatch__(func, types, args, kwargs)
-            if out is NotImplemented or self.get_total_counts() == before:
-                return out
             name = func._overloadpacket.__name__
+            # CommDebugMode counts collectives only; a pipeline's point-to-point sends and
+            # receives (c10d::send, c10d::recv_) are counted here
+            if out is NotImplemented or (self.get_total_counts() == before and name not in _P2P):
+                return out
             if name in _FUNCOL:
                 kind = _FUNCOL[name]
                 size = _nbytes(out) if kind == "all_gather" else _nbytes(args[0])
@@ -123,9 +128,10 @@ def _padded_numel(shape: list[int], n: int) -> int:
 
 
 def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int, local_batch: int,
-                   act_bytes: int) -> dict[str, int]:
-    """Collective sizes S per step the strategy needs in theory. Tensor parallel: the
-    workload's formula for its plan (activations of `act_bytes` per element). Data parallel
+                   act_bytes: int, pipeline=None) -> dict[str, int]:
+    """Collective sizes S per step the strategy needs in theory, on this rank. Tensor parallel:
+    the workload's formula for its plan (activations of `act_bytes` per element). Pipeline
+    (harness/pipeline.py): this rank's sends and receives, and the tied weights' all-reduce. Data parallel
     over the world / tp replicas: from the parameter shapes each replica holds (fp32
     gradients: 4 bytes per element). Buffers (BatchNorm statistics) are broadcast from rank 0
     every forward by DDP (broadcast_buffers=True), an extra that the theory of DP leaves out;
@@ -136,13 +142,39 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int,
         size = workload.sizes[cfg.size]
         for kind, b in workload.tensor_parallel_volume(size, local_batch, p.tp, p.sp, act_bytes).items():
             out[kind] += b
-    if world // p.tp > 1:
-        for kind, b in _data_parallel_volume(p.data, model, workload, world // p.tp).items():
+    if pipeline is not None:
+        for kind, b in _pipeline_volume(pipeline, local_batch).items():
+            out[kind] += b
+    dp = world // (p.tp * p.pp)
+    if dp > 1:
+        for kind, b in _data_parallel_volume(p.data, model, workload, dp, piped=pipeline is not None).items():
             out[kind] += b
     return dict(out)
 
 
-def _data_parallel_volume(strategy: str, model: torch.nn.Module, workload, world: int) -> dict[str, int]:
+def _pipeline_volume(pipe, local_batch: int) -> dict[str, int]:
+    """This rank's point-to-point bytes per step: for each of its stages, every microbatch's
+    activation received from the previous stage and sent to the next one forward, and their
+    gradients back the other way (equal sizes); the whole local batch crosses each boundary
+    in M microbatches. Plus the tied embedding/head gradient, all-reduced over the first and
+    last stage's ranks (harness/pipeline.py)."""
+    shape = pipe.workload.pipeline_activation_shape(pipe.size, local_batch)
+    act = 4  # fp32 residual stream (workloads/lm/pipeline_split.activation_shape)
+    for d in shape:
+        act *= d
+    neighbours = sum((s > 0) + (s < pipe.n_stages - 1) for s in pipe.owned)
+    out = {"send_recv": 2 * neighbours * act}
+    if pipe.tied_group is not None:
+        tied = sum(_nbytes(_local(p)) for part in pipe.parts for p in pipe.workload.pipeline_tied(part))
+        if tied:
+            out["all_reduce"] = tied
+    return out
+
+
+def _data_parallel_volume(strategy: str, model: torch.nn.Module, workload, world: int,
+                          piped: bool = False) -> dict[str, int]:
+    """`piped`: `model` is a pipeline rank's ModuleList of stages, each wrapped on its own (a
+    DDP, or an FSDP root whose units stay gathered through the schedule: one all-gather each)."""
     params = list({id(p): p for p in model.parameters()}.values())  # tied weights once
     full = sum(p.numel() for p in params) * 4
     buffers = sum(_nbytes(b) for b in model.buffers())
@@ -155,11 +187,12 @@ def _data_parallel_volume(strategy: str, model: torch.nn.Module, workload, world
         return out
     # fsdp: forward gathers every unit; backward re-gathers every unit but the root (FSDP2
     # keeps the root's parameters after forward); gradients reduce-scattered once
-    units = list(workload.fsdp_units(model))
+    units = [u for part in (model if piped else [model]) for u in workload.fsdp_units(part)]
     in_units = {id(p) for u in units for p in u.parameters()}
     unit_bytes = sum(_padded_numel(_tp_local_shape(p), world) * 4 for p in params if id(p) in in_units)
     root_bytes = sum(_padded_numel(_tp_local_shape(p), world) * 4 for p in params if id(p) not in in_units)
-    return {"all_gather": 2 * unit_bytes + root_bytes, "reduce_scatter": unit_bytes + root_bytes}
+    gathers = 1 if piped else 2
+    return {"all_gather": gathers * unit_bytes + root_bytes, "reduce_scatter": unit_bytes + root_bytes}
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -244,15 +277,17 @@ def account(ts, batches: list, world: int) -> dict:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             steps = measure_step_comms(step, batches[1:])
         tensor_peak = _peak_tensor_bytes(prof, held)
+    analytic = analytic_comms(ts.cfg, ts.eval_model, ts.workload, world, local_batch=len(batches[0][0]),
+                              act_bytes=4 if ts.dtype == "fp32" else 2, pipeline=ts.pipeline)
     mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer),
             "peak_memory": rss if ts.device.type == "cuda" else tensor_peak,
-            "peak_rss": None if ts.device.type == "cuda" else rss}
+            "peak_rss": None if ts.device.type == "cuda" else rss,
+            "measured": steps[-1], "analytic": analytic}  # a pipeline's ranks differ: every rank's
     every: list = [None] * world
     td.all_gather_object(every, mine)
     return {"strategy": ts.cfg.parallel.label(), "world": world, "steps_measured": len(steps),
-            "measured_per_step": steps[-1], "per_step": steps,
-            "analytic_per_step": analytic_comms(ts.cfg, ts.eval_model, ts.workload, world,
-                                                local_batch=len(batches[0][0]), act_bytes=4 if ts.dtype == "fp32" else 2),
+            "measured_per_step": steps[-1], "per_step": steps, "analytic_per_step": analytic,
+            "measured_per_rank": [e["measured"] for e in every], "analytic_per_rank": [e["analytic"] for e in every],
             "model_state_per_rank": [e["model_state"] for e in every],
             "peak_memory_per_rank": [e["peak_memory"] for e in every],
             "peak_rss_per_rank": [e["peak_rss"] for e in every],

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import UsageError  # noqa: F401  (re-exported: the config's error type)
+from harness.parallel_config import DATA_STRATEGIES, Parallel  # noqa: F401  (re-exported)
 from results import schema
 from results import toggles as toggle_decl
 
@@ -55,56 +56,7 @@ Toggles = dataclasses.make_dataclass(
     frozen=True, kw_only=True, slots=True)
 
 
-DATA_STRATEGIES = ("ddp", "zero1", "fsdp")
 SECTIONS = ("toggles", "parallel")  # nested sections of RunConfig, set as section.key
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Parallel:
-    """How a multi-rank run spreads training over its ranks (harness/parallel.py applies it).
-    The data-parallel degree is what the world size leaves after tensor parallelism."""
-
-    data: str = "ddp"
-    """Data-parallel strategy: ddp (replicas, gradient all-reduce), zero1 (optimizer state
-    sharded: ZeroRedundancyOptimizer), fsdp (parameters, gradients and optimizer state sharded:
-    FSDP2 fully_shard)."""
-    tp: int = 1
-    """Tensor-parallel degree (Megatron column -> row splits of attention and MLP)."""
-    sp: bool = False
-    """Sequence parallel: LayerNorm/dropout regions sharded along the sequence (needs tp > 1)."""
-
-    def __post_init__(self) -> None:
-        if self.data not in DATA_STRATEGIES:
-            raise UsageError(f"parallel.data must be one of {', '.join(DATA_STRATEGIES)}; got {self.data!r}")
-        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
-            raise UsageError(f"parallel.tp must be an integer >= 1; got {self.tp!r}")
-        if not isinstance(self.sp, bool):
-            raise UsageError(f"parallel.sp expects a bool (true/false); got {self.sp!r}")
-        if self.sp and self.tp == 1:
-            raise UsageError("parallel.sp=true needs parallel.tp > 1 (sequence parallel splits the "
-                             "tensor-parallel regions' neighbours)")
-
-    def is_default(self) -> bool:
-        return self == Parallel()
-
-    def layout_problem(self, ranks: int) -> str | None:
-        """Why this section can't lay out over `ranks` ranks, or None. Checked by RunConfig when
-        ranks is given and by the runner against the launched world (harness/parallel.py)."""
-        if ranks == 1 and not self.is_default():
-            what = f"data={self.data}" if self.data != "ddp" else f"tp={self.tp}"
-            return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
-        if ranks % self.tp:
-            valid = ", ".join(str(t) for t in range(1, ranks + 1) if ranks % t == 0)
-            return f"parallel.tp={self.tp} does not divide ranks={ranks}; valid: {valid}"
-        if self.tp > 1 and ranks > self.tp and self.data != "fsdp":
-            return (f"parallel.data={self.data} with tensor parallel on {ranks} ranks: DDP and ZeRO-1 do not compose "
-                    f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp for dp x tp")
-        return None
-
-    def label(self) -> str:
-        """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2 ..."""
-        tp = f"tp{self.tp}{'+sp' if self.sp else ''}" if self.tp > 1 else ""
-        return "+".join(x for x in (self.data if (self.data != "ddp" or not tp) else "", tp) if x)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -187,9 +139,13 @@ class RunConfig:
             problem = wl.tensor_parallel_check(wl.sizes[self.size], self.parallel.tp, self.parallel.sp)
             if problem:
                 raise UsageError(problem)
+        if self.parallel.pp > 1:
+            _check_pipeline(wl, self, registry)
         # one rank is refused by the runner (a failed record says so), not here: the runner
         # itself fills in ranks=1 for a plain launch
         problem = self.parallel.layout_problem(self.ranks) if self.ranks > 1 else None
+        if not problem and self.ranks > 1:
+            problem = self.parallel.batch_problem(self.batch_size or wl.sizes[self.size].batch_size, self.ranks)
         if problem:
             raise UsageError(problem)
 
@@ -206,6 +162,8 @@ class RunConfig:
         d = {k: v for k, v in self.to_dict().items() if k not in LABEL_FIELDS}
         if self.parallel.is_default():  # runs from before the parallel section keep their ids
             d.pop("parallel")
+        else:  # and runs from before its pipeline keys keep theirs
+            d["parallel"] = self.parallel.hash_dict()
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -247,6 +205,18 @@ class RunConfig:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def _check_pipeline(wl, cfg: "RunConfig", registry) -> None:
+    """parallel.pp > 1: the workload can be cut into stages, and the split fits its blocks."""
+    if getattr(wl, "pipeline_check", None) is None:
+        with_split = [n for n in registry.names() if getattr(registry.get(n), "pipeline_check", None)]
+        raise UsageError(f"parallel.pp={cfg.parallel.pp}: {cfg.workload} has no pipeline split; "
+                         f"workloads with one: {', '.join(with_split) or 'none yet'}")
+    problem = wl.pipeline_check(wl.sizes[cfg.size], cfg.parallel.stages,
+                                cfg.parallel.split() if cfg.parallel.pp_split else None)
+    if problem:
+        raise UsageError(problem)
+
+
 def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise UsageError(f"{name} must be one of {', '.join(valid)}; got {value!r}")

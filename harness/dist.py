@@ -134,18 +134,21 @@ def node_count(info: DistInfo) -> int:
     return len(set(names))
 
 
-def step_stats(info: DistInfo, loss: float, step_s: float, data_s: float) -> tuple[float, list[float], list[float]]:
-    """(loss of the global batch = mean over ranks, every rank's step time, every rank's data
-    wait). One small all_gather per step, outside the timed region."""
+def step_stats(info: DistInfo, loss: float, step_s: float, data_s: float,
+               holds_loss: bool = True) -> tuple[float, list[float], list[float]]:
+    """(loss of the global batch = mean over the ranks that hold one (with a pipeline, the last
+    stage's), every rank's step time, every rank's data wait). One small all_gather per step,
+    outside the timed region."""
     if info.world == 1:
         return loss, [step_s], [data_s]
     import torch
     import torch.distributed as td
-    mine = torch.tensor([loss, step_s, data_s], dtype=torch.float64)
+    mine = torch.tensor([loss if holds_loss else 0.0, float(holds_loss), step_s, data_s], dtype=torch.float64)
     every = [torch.empty_like(mine) for _ in range(info.world)]
     td.all_gather(every, mine)
     rows = torch.stack(every).tolist()
-    return sum(r[0] for r in rows) / info.world, [r[1] for r in rows], [r[2] for r in rows]
+    n = sum(r[1] for r in rows)
+    return sum(r[0] for r in rows if r[1]) / n, [r[2] for r in rows], [r[3] for r in rows]
 
 
 def sum_across_ranks(info: DistInfo, sums: dict[str, float]) -> dict[str, float]:
@@ -154,8 +157,10 @@ def sum_across_ranks(info: DistInfo, sums: dict[str, float]) -> dict[str, float]
         return sums
     import torch
     import torch.distributed as td
-    keys = sorted(sums)
-    t = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+    every: list = [None] * info.world  # the keys first: a pipeline's middle stages have no sums
+    td.all_gather_object(every, sorted(sums))
+    keys = sorted({k for ks in every for k in ks})
+    t = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64)
     td.all_reduce(t)
     return dict(zip(keys, t.tolist()))
 

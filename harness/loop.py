@@ -55,18 +55,21 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
     model = ts.eval_model
     dist_mod.average_bn_stats(dist, model)
     model.eval()
+    # a pipeline: the batch through its stages in turn, the logits on the last stage's rank only
+    forward = ts.pipeline.forward_eval if ts.pipeline is not None else model
     sums: dict[str, float] = {}
     last = None
     for x, y in loader:
         x, y = last = ts.prepare(x, y)
         with ts.autocast():
-            out = model(x)
-        for k, v in workload.quality_sums(out, y).items():
-            sums[k] = sums.get(k, 0.0) + v
+            out = forward(x)
+        if out is not None:
+            for k, v in workload.quality_sums(out, y).items():
+                sums[k] = sums.get(k, 0.0) + v
     if ts.lockstep_eval:  # sharded parameters: a rank with one batch fewer joins the others'
         for _ in range(_max_eval_batches(n_val, local_batch, dp_world) - len(batches)):
             with ts.autocast():
-                model(last[0])  # its all-gathers only; the output is not counted
+                forward(last[0])  # its all-gathers only; the output is not counted
     return workload.quality(dist_mod.sum_across_ranks(dist, sums))
 
 
@@ -183,7 +186,7 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
         sync(device)  # device sync point: the step is finished before the clock is read
         t2 = now()
         # global-batch loss and every rank's times: one small all_gather, outside the timing
-        loss_v, rank_step, rank_data = dist_mod.step_stats(dist, float(loss), t2 - t0, t1 - t0)
+        loss_v, rank_step, rank_data = dist_mod.step_stats(dist, float(loss), t2 - t0, t1 - t0, ts.holds_loss)
         row = dict(step=i, phase="warmup" if i < cfg.warmup_steps else "steady", t=t2 - run_start_pc, loss=loss_v,
                    step_s=max(rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
         if dist.world > 1:
@@ -210,6 +213,11 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
     """Measurements that must not touch the timed steps or the MLPerf clock: the bottleneck
     breakdown (a short profiled phase) and the device's peak FLOP/s for MFU."""
     from harness import breakdown, comm_accounting, peak
+    if ts.pipeline is not None:  # the schedule as it ran in the steady steps, and its bubble
+        from harness import pipeline
+        from results import pipeline as pipe_results
+        rec.info["pipeline"] = pipeline.report(ts, dist, first_steady=cfg.warmup_steps)
+        rec.info.update(pipe_results.summary_figures(rec.info["pipeline"]))
     if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
                                   ACCOUNT_STEPS, *data_shard(cfg, dist))

@@ -5,10 +5,12 @@ apply_fsdp / apply_ddp, each a function):
   device          model.to(device)
   layout          channels_last: model + every input batch in NHWC / NDHWC
   amp             autocast(bf16|fp16) around forward + loss; fp16 adds a GradScaler (CUDA only)
+  pipeline_split  parallel.pp > 1: this rank's pipeline stages of the model (harness/pipeline.py)
   tensor_parallel parallel.tp > 1: the workload's plan (Megatron column -> row splits, sequence
                   parallel regions) over the mesh's tp dimension (harness/parallel.py)
   data_parallel   with > 1 rank, parallel.data: DDP, or FSDP2 fully_shard (harness/parallel.py)
-  compile         torch.compile(model, mode=cfg.compile_mode)
+  compile         torch.compile(model, mode=cfg.compile_mode) (with a pipeline: each stage's blocks)
+  pipeline_schedule  the stages as PipelineStages under the chosen schedule (harness/pipeline.py)
   optimizer       the workload's optimizer over the built parameters (FSDP's shards);
                   parallel.data=zero1 shards its state (harness/parallel.py)
   graph_capture   capture of the whole step (fwd, loss, bwd, optimizer) with static input
@@ -29,7 +31,7 @@ from typing import Callable
 import torch
 
 import staging
-from harness import data, parallel
+from harness import data, parallel, pipeline
 from harness.config import RunConfig
 from harness.graph_capture import GraphedStep
 
@@ -72,6 +74,7 @@ class TrainStep:
         self.make_optimizer = make_optimizer  # model -> (optimizer, per-step scheduler)
         self.optimizer = self.scheduler = None  # optimizer step
         self.lockstep_eval = False     # data_parallel (fsdp): every rank runs every eval batch
+        self.pipeline = None           # pipeline_split: this rank's stages and their schedule
         self.loss_fn = workload.loss
         self.eval_model = model        # evaluation runs this one: no DDP, no compile, no graph
         self.model = model             # what the step calls: wrapped by the steps below
@@ -90,7 +93,14 @@ class TrainStep:
             x = x.contiguous(memory_format=self.mem_format)
         return x, y.to(self.device, non_blocking=nb)
 
+    @property
+    def holds_loss(self) -> bool:
+        """Does this rank compute the loss (with a pipeline, only the last stage's ranks do)?"""
+        return self.pipeline is None or self.pipeline.holds_loss
+
     def _forward_backward(self, x, y):
+        if self.pipeline is not None:  # the schedule runs every microbatch's forward and backward
+            return self.pipeline.forward_backward(x, y, self.autocast)
         with self.autocast():
             loss = self.loss_fn(self.model(x), y)
         if self.scaler is not None:
@@ -151,8 +161,14 @@ def apply_amp(ts: TrainStep) -> None:
 
 def apply_compile(ts: TrainStep) -> None:
     """Lazy: the first warm-up step pays the compile time."""
-    if ts.cfg.toggles.compile:
-        ts.model = torch.compile(ts.model, mode=ts.cfg.compile_mode)
+    if not ts.cfg.toggles.compile:
+        return
+    if ts.pipeline is not None:  # PipelineStage drives the stage modules: compile their blocks in place
+        for part in ts.eval_model:
+            for block in ts.workload.fsdp_units(part):
+                block.compile(mode=ts.cfg.compile_mode)
+        return
+    ts.model = torch.compile(ts.model, mode=ts.cfg.compile_mode)
 
 
 def apply_graph_capture(ts: TrainStep) -> None:
@@ -164,9 +180,11 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
     ("device", apply_device),
     ("layout", apply_layout),
     ("amp", apply_amp),
+    ("pipeline_split", pipeline.apply_pipeline_split),
     ("tensor_parallel", parallel.apply_tensor_parallel),
     ("data_parallel", parallel.apply_data_parallel),
     ("compile", apply_compile),
+    ("pipeline_schedule", pipeline.apply_pipeline_schedule),
     ("optimizer", parallel.apply_optimizer),
     ("graph_capture", apply_graph_capture),
 )

@@ -25,25 +25,40 @@ from harness.errors import BadInput
 
 def check(cfg: RunConfig, world: int) -> None:
     """The section against the launched world, before any work: BadInput (exit 2) with the reason."""
+    from harness import registry
     problem = cfg.parallel.layout_problem(world)
+    if not problem and world > 1:
+        problem = cfg.parallel.batch_problem(cfg.batch_size or registry.get(cfg.workload).sizes[cfg.size].batch_size,
+                                             world)
     if problem:
         raise BadInput(problem)
 
 
 def data_shard(cfg: RunConfig, dist) -> tuple[int, int]:
-    """(data-parallel rank, data-parallel world): the mesh is (dp, tp), row-major as
-    init_device_mesh lays it out, so the tp ranks of one replica read the same samples."""
-    tp = cfg.parallel.tp if dist.world > 1 else 1
-    return dist.rank // tp, dist.world // tp
+    """(data-parallel rank, data-parallel world): the mesh is (pp, dp, tp), row-major as
+    init_device_mesh lays it out (harness/parallel_config.py), so the tp ranks and the pipeline
+    stages of one replica read the same samples."""
+    if dist.world == 1:
+        return 0, 1
+    tp, pp = cfg.parallel.tp, cfg.parallel.pp
+    dp = dist.world // (tp * pp)
+    return (dist.rank // tp) % dp, dp
 
 
 def mesh(ts):
-    """The (dp, tp) device mesh, built once per run."""
+    """The (dp, tp) device mesh, or (pp, dp, tp) with a pipeline, built once per run."""
     if getattr(ts, "mesh", None) is None:
         from torch.distributed.device_mesh import init_device_mesh
-        tp = ts.cfg.parallel.tp
-        ts.mesh = init_device_mesh(ts.device.type, (ts.world // tp, tp), mesh_dim_names=("dp", "tp"))
+        tp, pp = ts.cfg.parallel.tp, ts.cfg.parallel.pp
+        if pp > 1:
+            ts.mesh = init_device_mesh(ts.device.type, (pp, ts.world // (pp * tp), tp), mesh_dim_names=("pp", "dp", "tp"))
+        else:
+            ts.mesh = init_device_mesh(ts.device.type, (ts.world // tp, tp), mesh_dim_names=("dp", "tp"))
     return ts.mesh
+
+
+def _dp_degree(ts) -> int:
+    return ts.world // (ts.cfg.parallel.tp * ts.cfg.parallel.pp)
 
 
 # -- builder steps --------------------------------------------------------------------------------
@@ -77,7 +92,10 @@ def apply_data_parallel(ts) -> None:
     """ddp and zero1: DDP around the model (zero1 shards the optimizer in apply_optimizer).
     fsdp: fully_shard each unit the workload names, then the root (in place: evaluation runs
     the same sharded module, on every rank in lockstep)."""
-    if ts.world // ts.cfg.parallel.tp <= 1:  # one replica (tensor parallel only): nothing to do
+    if _dp_degree(ts) <= 1:  # one replica (tensor or pipeline parallel only): nothing to do
+        return
+    if ts.pipeline is not None:
+        _data_parallel_stages(ts)
         return
     if ts.cfg.parallel.data == "fsdp":
         from torch.distributed.fsdp import fully_shard
@@ -92,6 +110,26 @@ def apply_data_parallel(ts) -> None:
     ts.model = DistributedDataParallel(ts.model, device_ids=ids)
 
 
+def _data_parallel_stages(ts) -> None:
+    """With a pipeline, each stage module over the mesh's dp group: DDP (torch's PipelineStage
+    skips its all-reduce but for the last microbatch), or FSDP2 without resharding after
+    forward (torchtitan's choice under pipelining: the parameters are gathered once for all
+    microbatches and reduce-scattered once, at the schedule's end)."""
+    dp = mesh(ts)["dp"]
+    if ts.cfg.parallel.data == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+        for part in ts.model:
+            for unit in ts.workload.fsdp_units(part):
+                fully_shard(unit, mesh=dp, reshard_after_forward=False)
+            fully_shard(part, mesh=dp, reshard_after_forward=False)
+        ts.lockstep_eval = True
+        return
+    from torch.nn.parallel import DistributedDataParallel
+    ids = [torch.cuda.current_device()] if ts.device.type == "cuda" else None
+    ts.model = torch.nn.ModuleList(DistributedDataParallel(part, device_ids=ids, process_group=dp.get_group())
+                                   for part in ts.model)
+
+
 def apply_optimizer(ts) -> None:
     """The workload's optimizer and schedule over the built model's parameters (FSDP has
     replaced them by their shards); zero1 then shards its state over the ranks."""
@@ -101,17 +139,19 @@ def apply_optimizer(ts) -> None:
         # multi-tensor (foreach) kernels refuse to mix; the per-parameter path takes both
         for g in ts.optimizer.param_groups:
             g["foreach"] = False
-    if ts.world > 1 and ts.cfg.parallel.data == "zero1":
-        ts.optimizer = zero1(ts.optimizer, ts.scheduler)
+    if _dp_degree(ts) > 1 and ts.cfg.parallel.data == "zero1":
+        group = mesh(ts)["dp"].get_group() if ts.pipeline is not None else None
+        ts.optimizer = zero1(ts.optimizer, ts.scheduler, group)
 
 
-def zero1(opt: torch.optim.Optimizer, sched) -> torch.optim.Optimizer:
-    """The same optimizer class, groups and hyperparameters as ZeroRedundancyOptimizer; the
-    schedule then drives it (ZeRO copies each group's lr to its local optimizer every step)."""
+def zero1(opt: torch.optim.Optimizer, sched, group=None) -> torch.optim.Optimizer:
+    """The same optimizer class, groups and hyperparameters as ZeroRedundancyOptimizer over
+    `group` (default: the world); the schedule then drives it (ZeRO copies each group's lr to
+    its local optimizer every step)."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
     accepted = inspect.signature(type(opt).__init__).parameters
     groups = [dict(g) for g in opt.param_groups]
-    zero = ZeroRedundancyOptimizer(groups, optimizer_class=type(opt),
+    zero = ZeroRedundancyOptimizer(groups, optimizer_class=type(opt), process_group=group,
                                    **{k: v for k, v in opt.defaults.items() if k in accepted})
     sched.optimizer = zero
     return zero

@@ -140,7 +140,7 @@ def test_tensor_and_sequence_parallel_match_one_rank_and_account_every_byte(rank
     (["parallel.sp=true"], "parallel.sp=true needs parallel.tp > 1"),
     (["parallel.tp=2"], "cosmoflow has no tensor-parallel plan"),
     (["parallel.tp=0"], "parallel.tp must be an integer >= 1"),
-    (["parallel.pp=2"], "unknown key 'parallel.pp'"),
+    (["parallel.pp=2"], "parallel.pp=2: cosmoflow has no pipeline split; workloads with one: lm"),
     (["parallel.tp=4"], "parallel.tp=4 does not divide n_head = 2 of lm tiny"),
     (["parallel.tp=2", "ranks=3"], "parallel.tp=2 does not divide ranks=3"),
     (["parallel.tp=2", "ranks=4"], "parallel.data=ddp with tensor parallel"),

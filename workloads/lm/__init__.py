@@ -114,6 +114,29 @@ class LM:
         from workloads.lm.parallel_plan import volume
         return volume(size, batch, tp, sp, act_bytes)
 
+    def pipeline_check(self, size: LMSize, stages: int, split: list[int] | None) -> str | None:
+        from workloads.lm.pipeline_split import check
+        return check(size, stages, split)
+
+    def pipeline_split(self, size: LMSize, stages: int) -> list[int]:
+        """Blocks per stage when parallel.pp_split is not given: as even as possible."""
+        from workloads.lm.pipeline_split import even_split
+        return even_split(size.n_layer, stages)
+
+    def pipeline_stages(self, model, split: list[int], owned: list[int]) -> list:
+        """This rank's stage modules (embeddings first, head last: workloads/lm/pipeline_split.py)."""
+        from workloads.lm.pipeline_split import stages
+        return stages(model, split, owned)
+
+    def pipeline_tied(self, stage) -> list:
+        """Parameters of `stage` tied to a parameter of another stage (the embedding and head)."""
+        from workloads.lm.pipeline_split import tied_parameters
+        return tied_parameters(stage)
+
+    def pipeline_activation_shape(self, size: LMSize, batch: int) -> tuple[int, ...]:
+        from workloads.lm.pipeline_split import activation_shape
+        return activation_shape(size, batch)
+
     def fsdp_units(self, model):
         return list(model.h)  # the transformer blocks (torchtitan shards each block)
 

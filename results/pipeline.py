@@ -1,0 +1,124 @@
+"""The pipeline bubble: measured from a run's schedule events, beside the theory and beside what
+the measured stage times alone predict. Pure (no torch); the harness, `make perf` and the
+portal read it.
+
+Events: one per forward (F), backward (B) and loss (L) of a microbatch on a stage, wall-clock
+start t0 and end t1 in seconds (harness/pipeline.py). Per step, the window is the pipeline's
+makespan: from the first event's start to the last event's end over all stages (the optimizer
+step and the data wait around it are not pipeline time). A stage's bubble is the share of the
+window it was not computing: 1 - busy / window.
+
+Theory (../shared/reference/parallelism.md §1; GPipe, Megatron-LM's interleaved schedule): with
+p ranks, m microbatches and equal stages the idle share is (p-1)/(m+p-1) for GPipe and 1F1B,
+and (p-1)/(v*m+p-1) with v stages per rank (interleaved 1F1B).
+
+Predicted from measured stage times: the same schedules with each stage's own median forward
+f_s and backward b_s per microbatch (first and last stages are heavier: embedding, head and
+loss) and free send/recv. GPipe: makespan = sum f_s + (m-1) max f_s + sum b_s + (m-1) max b_s;
+1F1B: sum (f_s+b_s) + (m-1) max (f_s+b_s). What the measured window has beyond that is
+send/recv and the schedule's own overhead.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import mean, median
+
+
+def theory(p: int, m: int, v: int = 1) -> float:
+    """Idle share of a step with equal stages: (p-1)/(v*m+p-1)."""
+    return (p - 1) / (v * m + p - 1)
+
+
+def _per_stage_times(events: list[dict]) -> dict[int, dict[str, float]]:
+    """Median seconds per microbatch of each stage's forward (its loss included) and backward."""
+    fwd: dict[int, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
+    bwd: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        d = e["t1"] - e["t0"]
+        if e["kind"] == "B":
+            bwd[e["stage"]].append(d)
+        elif e["kind"] == "F":
+            fwd[e["stage"]][(e["step"], e["mb"])] += d
+    loss: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e["kind"] == "L":
+            loss[e["stage"]].append(e["t1"] - e["t0"])
+    out = {}
+    for s in sorted(set(fwd) | set(bwd)):
+        f = median(fwd[s].values()) if fwd[s] else 0.0
+        out[s] = {"fwd_s": f + (median(loss[s]) if loss[s] else 0.0), "bwd_s": median(bwd[s]) if bwd[s] else 0.0}
+    return out
+
+
+def predicted_makespan(schedule: str, m: int, times: dict[int, dict[str, float]]) -> float | None:
+    """Seconds per step the schedule takes with these stage times and free communication
+    (one stage per rank; None for interleaved schedules)."""
+    if schedule not in ("gpipe", "1f1b") or not times:
+        return None
+    f = [t["fwd_s"] for t in times.values()]
+    b = [t["bwd_s"] for t in times.values()]
+    if schedule == "gpipe":
+        return sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b)
+    fb = [x + y for x, y in zip(f, b)]
+    return sum(fb) + (m - 1) * max(fb)
+
+
+def analyse(built: dict, events: list[dict]) -> dict:
+    """The schedule record: what was built, every event, and per step and stage the window,
+    busy time and bubble; their means over the steps beside the theory and the prediction."""
+    by_step: dict[int, list[dict]] = defaultdict(list)
+    for e in events:
+        by_step[e["step"]].append(e)
+    steps = []
+    for step in sorted(by_step):
+        evs = by_step[step]
+        t0, t1 = min(e["t0"] for e in evs), max(e["t1"] for e in evs)
+        window = t1 - t0
+        busy: dict[int, float] = defaultdict(float)
+        for e in evs:
+            busy[e["stage"]] += e["t1"] - e["t0"]
+        # a rank's bubble: its stages share its time (interleaved: v stages per rank)
+        rank_busy: dict[int, float] = defaultdict(float)
+        for e in evs:
+            rank_busy[e["rank"]] += e["t1"] - e["t0"]
+        steps.append({"step": step, "start": t0, "window_s": window,
+                      "busy_s": {str(s): b for s, b in sorted(busy.items())},
+                      "bubble_by_rank": {str(r): 1 - b / window for r, b in sorted(rank_busy.items())}})
+    p, m, v = built["pp"], built["microbatches"], built["virtual"]
+    times = _per_stage_times(events)
+    pred = predicted_makespan(built["schedule"], m, times)
+    measured = mean(mean(s["bubble_by_rank"].values()) for s in steps) if steps else None
+    window = median(s["window_s"] for s in steps) if steps else None
+    out = {**built, "events": [dict(e) for e in events], "steps": steps, "stage_times": {str(k): v for k, v in times.items()},
+           "bubble_measured": measured, "bubble_theory": theory(p, m, v), "window_s": window}
+    if pred is not None and steps:
+        per_stage_busy = [m * (t["fwd_s"] + t["bwd_s"]) for t in times.values()]
+        out["bubble_predicted"] = mean(1 - b / pred for b in per_stage_busy)
+        out["predicted_window_s"] = pred
+        out["unexplained_s"] = window - pred  # send/recv and schedule overhead per step
+    return out
+
+
+def summary_figures(rec: dict) -> dict[str, float]:
+    """Flat figures of an analyse() for the run summary and MLflow."""
+    out = {"pp_bubble": rec["bubble_measured"], "pp_bubble_theory": rec["bubble_theory"],
+           "pp_window_s": rec["window_s"]}
+    for key, name in (("bubble_predicted", "pp_bubble_predicted"), ("predicted_window_s", "pp_predicted_window_s"),
+                      ("unexplained_s", "pp_unexplained_s")):
+        if key in rec:
+            out[name] = rec[key]
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def timeline(rec: dict, step: int | None = None) -> list[dict]:
+    """One step's events as rows for a timeline chart: stage, kind, microbatch, start and end
+    in ms from the step's start. The median-window step unless `step` is given."""
+    steps = rec.get("steps") or []
+    if not steps:
+        return []
+    if step is None:
+        step = sorted(steps, key=lambda s: s["window_s"])[len(steps) // 2]["step"]
+    start = next(s["start"] for s in steps if s["step"] == step)
+    return [{"stage": e["stage"], "rank": e["rank"], "kind": e["kind"], "mb": e["mb"],
+             "start_ms": 1000 * (e["t0"] - start), "end_ms": 1000 * (e["t1"] - start)}
+            for e in rec["events"] if e["step"] == step]
