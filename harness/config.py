@@ -139,8 +139,6 @@ class RunConfig:
             problem = wl.tensor_parallel_check(wl.sizes[self.size], self.parallel.tp, self.parallel.sp)
             if problem:
                 raise UsageError(problem)
-        if self.parallel.pp > 1:
-            _check_pipeline(wl, self, registry)
         # one rank is refused by the runner (a failed record says so), not here: the runner
         # itself fills in ranks=1 for a plain launch
         problem = self.parallel.layout_problem(self.ranks) if self.ranks > 1 else None
@@ -148,6 +146,8 @@ class RunConfig:
             problem = self.parallel.batch_problem(self.batch_size or wl.sizes[self.size].batch_size, self.ranks)
         if problem:
             raise UsageError(problem)
+        if self.parallel.pp > 1:
+            _check_pipeline(wl, self, registry)
 
     # -- derived -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -111,10 +111,14 @@ def apply_data_parallel(ts) -> None:
 
 
 def _data_parallel_stages(ts) -> None:
-    """With a pipeline, each stage module over the mesh's dp group: DDP (torch's PipelineStage
-    skips its all-reduce but for the last microbatch), or FSDP2 without resharding after
-    forward (torchtitan's choice under pipelining: the parameters are gathered once for all
-    microbatches and reduce-scattered once, at the schedule's end)."""
+    """With a pipeline, each stage module over the mesh's dp group, in place:
+    fsdp: FSDP2 without resharding after forward (torchtitan's choice under pipelining: the
+          parameters are gathered once for all microbatches, the gradients reduce-scattered
+          once, when the schedule ends);
+    ddp, zero1: torch's replicate (DDP built on FSDP2's machinery, as torchtitan applies it),
+          whose gradients the schedule all-reduces once, after the last microbatch. (The
+          DistributedDataParallel wrapper fails under the schedules here: its reducer's bucket
+          rebuild asserts after the first step, torch 2.13 on gloo.)"""
     dp = mesh(ts)["dp"]
     if ts.cfg.parallel.data == "fsdp":
         from torch.distributed.fsdp import fully_shard
@@ -124,10 +128,10 @@ def _data_parallel_stages(ts) -> None:
             fully_shard(part, mesh=dp, reshard_after_forward=False)
         ts.lockstep_eval = True
         return
-    from torch.nn.parallel import DistributedDataParallel
-    ids = [torch.cuda.current_device()] if ts.device.type == "cuda" else None
-    ts.model = torch.nn.ModuleList(DistributedDataParallel(part, device_ids=ids, process_group=dp.get_group())
-                                   for part in ts.model)
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    for part in ts.model:
+        replicate(part, mesh=dp)
+    ts.lockstep_eval = True  # each eval forward of a replicated module may talk to its dp peers
 
 
 def apply_optimizer(ts) -> None:

@@ -79,6 +79,9 @@ class Parallel:
         if p.tp > 1:
             return ("parallel.pp with parallel.tp > 1: pipeline x tensor parallel is not built yet; "
                     "pipeline composes with parallel.data (ddp, zero1, fsdp)")
+        if p.data == "zero1":
+            return ("parallel.data=zero1 with parallel.pp: not built yet (ZeroRedundancyOptimizer broadcasts plain "
+                    "tensors; a pipeline's replicated stages hold DTensors); use parallel.data=ddp or fsdp")
         if (p.pp_schedule == "interleaved_1f1b") != (p.pp_virtual > 1):
             return ("parallel.pp_schedule=interleaved_1f1b needs parallel.pp_virtual >= 2, and pp_virtual > 1 "
                     f"needs interleaved_1f1b; got pp_schedule={p.pp_schedule}, pp_virtual={p.pp_virtual}")
