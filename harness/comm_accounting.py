@@ -128,10 +128,13 @@ def _padded_numel(shape: list[int], n: int) -> int:
 
 
 def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int, local_batch: int,
-                   act_bytes: int, pipeline=None) -> dict[str, int]:
+                   act_bytes: int, pipeline=None, experts: dict | None = None) -> dict[str, int]:
     """Collective sizes S per step the strategy needs in theory, on this rank. Tensor parallel:
     the workload's formula for its plan (activations of `act_bytes` per element). Pipeline
-    (harness/pipeline.py): this rank's sends and receives, and the tied weights' all-reduce. Data parallel
+    (harness/pipeline.py): this rank's sends and receives, and the tied weights' all-reduce.
+    Expert parallel (`experts`): the all-to-all bytes the step's routing implies and the
+    experts' all-reduce over their copies (harness/expert_parallel.py); DDP then averages the
+    dense parameters only. Data parallel
     over the world / tp replicas: from the parameter shapes each replica holds (fp32
     gradients: 4 bytes per element). Buffers (BatchNorm statistics) are broadcast from rank 0
     every forward by DDP (broadcast_buffers=True), an extra that the theory of DP leaves out;
@@ -145,9 +148,14 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int,
     if pipeline is not None:
         for kind, b in _pipeline_volume(pipeline, local_batch).items():
             out[kind] += b
+    if experts:
+        out["all_to_all"] += int(experts["all_to_all"])
+        if experts["all_reduce"]:
+            out["all_reduce"] += experts["all_reduce"]
     dp = world // (p.tp * p.pp)
     if dp > 1:
-        for kind, b in _data_parallel_volume(p.data, model, workload, dp, piped=pipeline is not None).items():
+        for kind, b in _data_parallel_volume(p.data, model, workload, dp, piped=pipeline is not None,
+                                             ignore=experts["ignore"] if experts else ()).items():
             out[kind] += b
     return dict(out)
 
@@ -172,10 +180,12 @@ def _pipeline_volume(pipe, local_batch: int) -> dict[str, int]:
 
 
 def _data_parallel_volume(strategy: str, model: torch.nn.Module, workload, world: int,
-                          piped: bool = False) -> dict[str, int]:
+                          piped: bool = False, ignore=()) -> dict[str, int]:
     """`piped`: `model` is a pipeline rank's ModuleList of stages, each wrapped on its own (a
-    DDP, or an FSDP root whose units stay gathered through the schedule: one all-gather each)."""
-    params = list({id(p): p for p in model.parameters()}.values())  # tied weights once
+    DDP, or an FSDP root whose units stay gathered through the schedule: one all-gather each).
+    `ignore`: names of parameters DDP leaves alone (expert parallel's experts)."""
+    skip = {id(p) for n, p in model.named_parameters() if n in set(ignore)}
+    params = list({id(p): p for p in model.parameters() if id(p) not in skip}.values())  # tied weights once
     full = sum(p.numel() for p in params) * 4
     buffers = sum(_nbytes(b) for b in model.buffers())
     if strategy in ("ddp", "zero1"):
@@ -264,7 +274,11 @@ def account(ts, batches: list, world: int) -> dict:
     profiler's memory timeline, and the process's peak RSS (VmHWM) over a plain step before
     them (the profiler's own memory would inflate it)."""
     import torch.distributed as td
-    step = lambda b: ts(*ts.prepare(*b))  # noqa: E731
+    from harness import expert_parallel
+
+    def step(b):
+        expert_parallel.reset(ts.workload, ts.eval_model)  # the MoE routing of this step only
+        ts(*ts.prepare(*b))
     can_reset = reset_peak_memory(ts.device)
     if ts.device.type == "cuda":
         steps, tensor_peak = measure_step_comms(step, batches), None
@@ -277,8 +291,12 @@ def account(ts, batches: list, world: int) -> dict:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             steps = measure_step_comms(step, batches[1:])
         tensor_peak = _peak_tensor_bytes(prof, held)
+    experts = None
+    if ts.cfg.parallel.ep > 1:  # what the last measured step's routing sent, and the experts' reduction
+        experts = {"all_to_all": sum(layer.stats["a2a_bytes_expected"] for layer in ts.workload.moe_layers(ts.eval_model)),
+                   "all_reduce": expert_parallel.expert_all_reduce_bytes(ts), "ignore": ts.ddp_ignore}
     analytic = analytic_comms(ts.cfg, ts.eval_model, ts.workload, world, local_batch=len(batches[0][0]),
-                              act_bytes=4 if ts.dtype == "fp32" else 2, pipeline=ts.pipeline)
+                              act_bytes=4 if ts.dtype == "fp32" else 2, pipeline=ts.pipeline, experts=experts)
     mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer),
             "peak_memory": rss if ts.device.type == "cuda" else tensor_peak,
             "peak_rss": None if ts.device.type == "cuda" else rss,

@@ -148,6 +148,12 @@ class RunConfig:
             raise UsageError(problem)
         if self.parallel.pp > 1:
             _check_pipeline(wl, self, registry)
+        if self.parallel.ep > 1:
+            check = getattr(wl, "expert_parallel_check", None)
+            problem = (check(wl.sizes[self.size], self.parallel.ep) if check else
+                       f"parallel.ep={self.parallel.ep}: {self.workload} has no experts (lm's moe sizes have)")
+            if problem:
+                raise UsageError(problem)
 
     # -- derived -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import staging
-from harness import data
+from harness import data, expert_parallel
 from harness import dist as dist_mod
 from harness.config import RunConfig
 from harness.dist import DistInfo
@@ -179,6 +179,7 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
             epoch += 1
             ml.start(K.EPOCH_START, epoch_num=epoch)
             epoch_open = True
+        expert_parallel.reset(run.workload, ts.eval_model)  # MoE statistics: this step's only
         t0 = now()
         x, y = next(loader)
         t1 = now()
@@ -191,6 +192,7 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
                    step_s=max(rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
         if dist.world > 1:
             row.update(rank_step_s=rank_step, rank_data_s=rank_data)
+        row.update(expert_parallel.step_figures(run.workload, ts.eval_model, dist))  # {} unless MoE
         rec.log_step(**row)
         if not math.isfinite(loss_v):
             raise Diverged(f"loss is {loss_v} at step {i}")

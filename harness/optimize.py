@@ -8,6 +8,8 @@ apply_fsdp / apply_ddp, each a function):
   pipeline_split  parallel.pp > 1: this rank's pipeline stages of the model (harness/pipeline.py)
   tensor_parallel parallel.tp > 1: the workload's plan (Megatron column -> row splits, sequence
                   parallel regions) over the mesh's tp dimension (harness/parallel.py)
+  expert_parallel parallel.ep > 1: each MoE layer's experts sharded over ep ranks, tokens routed
+                  to them by all-to-all (harness/expert_parallel.py)
   data_parallel   with > 1 rank, parallel.data: DDP, or FSDP2 fully_shard (harness/parallel.py)
   compile         torch.compile(model, mode=cfg.compile_mode) (with a pipeline: each stage's blocks)
   pipeline_schedule  the stages as PipelineStages under the chosen schedule (harness/pipeline.py)
@@ -21,7 +23,8 @@ parallel wrapper and compile).
 
 `check` holds every incompatible combination and is called before anything is built or run.
 The only module that reads toggles.channels_last, amp, compile and cuda_graphs (cfg.parallel
-is read in harness/parallel.py).
+is read in harness/parallel.py, harness/pipeline.py and harness/expert_parallel.py, each its
+own keys).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from typing import Callable
 import torch
 
 import staging
-from harness import data, parallel, pipeline
+from harness import data, expert_parallel, parallel, pipeline
 from harness.config import RunConfig
 from harness.graph_capture import GraphedStep
 
@@ -75,6 +78,7 @@ class TrainStep:
         self.optimizer = self.scheduler = None  # optimizer step
         self.lockstep_eval = False     # data_parallel (fsdp): every rank runs every eval batch
         self.pipeline = None           # pipeline_split: this rank's stages and their schedule
+        self.ddp_ignore: list[str] = []  # expert_parallel: parameters DDP must leave alone
         self.loss_fn = workload.loss
         self.eval_model = model        # evaluation runs this one: no DDP, no compile, no graph
         self.model = model             # what the step calls: wrapped by the steps below
@@ -182,6 +186,7 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
     ("amp", apply_amp),
     ("pipeline_split", pipeline.apply_pipeline_split),
     ("tensor_parallel", parallel.apply_tensor_parallel),
+    ("expert_parallel", expert_parallel.apply_expert_parallel),
     ("data_parallel", parallel.apply_data_parallel),
     ("compile", apply_compile),
     ("pipeline_schedule", pipeline.apply_pipeline_schedule),

@@ -10,8 +10,9 @@ Data-parallel strategies (parallel.data), all over the same global batch:
          parameters, gradients and optimizer state sharded; parameters all-gathered before
          use (again in backward for resharded units), gradients reduce-scattered
 
-The only module that applies cfg.parallel; what a strategy costs (and in theory should cost)
-is measured in harness/comm_accounting.py.
+The only module that applies parallel.data, tp and sp (and builds the device mesh); the
+pipeline keys are applied in harness/pipeline.py and parallel.ep in harness/expert_parallel.py.
+What a strategy costs (and in theory should cost) is measured in harness/comm_accounting.py.
 """
 from __future__ import annotations
 
@@ -107,6 +108,8 @@ def apply_data_parallel(ts) -> None:
         return
     from torch.nn.parallel import DistributedDataParallel
     ids = [torch.cuda.current_device()] if ts.device.type == "cuda" else None
+    if ts.ddp_ignore:  # expert parallel's sharded experts: reduced by harness/expert_parallel.py
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(ts.model, ts.ddp_ignore)
     ts.model = DistributedDataParallel(ts.model, device_ids=ids)
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from harness.errors import UsageError
+from results.labels import strategy_name
 
 DATA_STRATEGIES = ("ddp", "zero1", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 # fields added after the first release of the section: left out of the variant hash at their
 # defaults, so runs recorded before them keep their ids
-_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split")
+_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep")
 
 
 def _positive_int(name: str, value) -> None:
@@ -52,10 +53,15 @@ class Parallel:
     """Pipeline: transformer blocks per stage, "a,b,..." (pp x pp_virtual entries, summing to
     the block count); empty = as even as possible."""
 
+    ep: int = 1
+    """Expert-parallel degree (Mixture-of-Experts sizes): each MoE layer's experts sharded over
+    ep ranks, tokens sent to their experts' ranks and back with all-to-all
+    (harness/expert_parallel.py); the rest of the model data-parallel (ddp) over all ranks."""
+
     def __post_init__(self) -> None:
         if self.data not in DATA_STRATEGIES:
             raise UsageError(f"parallel.data must be one of {', '.join(DATA_STRATEGIES)}; got {self.data!r}")
-        for name in ("tp", "pp", "microbatches", "pp_virtual"):
+        for name in ("tp", "pp", "microbatches", "pp_virtual", "ep"):
             _positive_int(name, getattr(self, name))
         if not isinstance(self.sp, bool):
             raise UsageError(f"parallel.sp expects a bool (true/false); got {self.sp!r}")
@@ -68,6 +74,9 @@ class Parallel:
         problem = self._pipeline_problem()
         if problem:
             raise UsageError(problem)
+        if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data != "ddp"):
+            raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp only so far (experts sharded, "
+                             f"the rest replicated); got {self.label()}")
 
     def _pipeline_problem(self) -> str | None:
         p = self
@@ -125,10 +134,10 @@ class Parallel:
         """Why this section can't lay out over `ranks` ranks, or None. Checked by RunConfig when
         ranks is given and by the runner against the launched world (harness/parallel.py)."""
         if ranks == 1 and not self.is_default():
-            what = (f"pp={self.pp}" if self.pp > 1 else f"data={self.data}" if self.data != "ddp"
-                    else f"tp={self.tp}")
+            what = (f"pp={self.pp}" if self.pp > 1 else f"ep={self.ep}" if self.ep > 1
+                    else f"data={self.data}" if self.data != "ddp" else f"tp={self.tp}")
             return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
-        for name in ("pp", "tp"):
+        for name in ("pp", "tp", "ep"):
             n = getattr(self, name)
             if ranks % n:
                 valid = ", ".join(str(t) for t in range(1, ranks + 1) if ranks % t == 0)
@@ -150,11 +159,5 @@ class Parallel:
 
     def label(self) -> str:
         """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8 ..."""
-        tp = f"tp{self.tp}{'+sp' if self.sp else ''}" if self.tp > 1 else ""
-        pp = ""
-        if self.pp > 1:
-            v = f"v{self.pp_virtual}" if self.pp_virtual > 1 else ""
-            pp = f"pp{self.pp}{v}-{self.pp_schedule}-m{self.microbatches}"
-            pp += f"-split{self.pp_split.replace(',', '.')}" if self.pp_split else ""
-        data = self.data if (self.data != "ddp" or not (tp or pp)) else ""
-        return "+".join(x for x in (data, tp, pp) if x)
+        return strategy_name(self.data, self.tp, self.sp, self.pp, self.pp_virtual, self.pp_schedule,
+                             self.microbatches, self.pp_split, self.ep)

@@ -11,6 +11,7 @@ pages = [
     st.Page("pages/run_detail.py", title="Run detail"),
     st.Page("pages/compare.py", title="Compare"),
     st.Page("pages/parallelism.py", title="Parallelism"),
+    st.Page("pages/pipeline.py", title="Pipeline"),
     st.Page("pages/collectives.py", title="Collectives"),
 ]
 st.navigation(pages).run()

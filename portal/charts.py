@@ -119,3 +119,54 @@ def collective_panels(sized: pd.DataFrame, y: str, y_title: str, title: str, log
     fig.update_yaxes(title_text=y_title, col=1, title_font_size=10)
     fig.update_layout(title=title, height=300 * rows + 80, margin=dict(t=80, b=40))
     return fig
+
+
+PIPE_COLORS = {"F": "#1565c0", "B": "#2e7d32", "L": "#ef6c00"}
+PIPE_NAMES = {"F": "forward", "B": "backward", "L": "loss"}
+
+
+def pipeline_timeline(rows: list[dict], n_stages: int, title: str) -> go.Figure:
+    """The schedule as it ran (results/pipeline.timeline rows): one lane per stage, a bar per
+    microbatch's forward (blue), backward (green) and loss (orange), labelled with the
+    microbatch; the idle time in grey behind them, as the GPipe and 1F1B figures draw it."""
+    fig = go.Figure()
+    end = max((r["end_ms"] for r in rows), default=0.0)
+    lanes = [f"stage {s}" for s in range(n_stages)]
+    fig.add_bar(y=lanes, x=[end] * n_stages, base=[0.0] * n_stages, orientation="h", name="idle",
+                marker_color="#e0e0e0", hoverinfo="skip")
+    for kind in ("F", "B", "L"):
+        rs = [r for r in rows if r["kind"] == kind]
+        if not rs:
+            continue
+        fig.add_bar(y=[f"stage {r['stage']}" for r in rs], x=[r["end_ms"] - r["start_ms"] for r in rs],
+                    base=[r["start_ms"] for r in rs], orientation="h", name=PIPE_NAMES[kind],
+                    marker_color=PIPE_COLORS[kind], text=[str(r["mb"]) if r["mb"] >= 0 else "" for r in rs],
+                    textposition="inside", insidetextanchor="middle",
+                    hovertemplate=f"{PIPE_NAMES[kind]} %{{text}}: %{{base:.1f}} ms + %{{x:.1f}} ms<extra></extra>")
+    fig.update_layout(title=title, barmode="overlay", xaxis_title="ms from the step's first event",
+                      yaxis=dict(categoryorder="array", categoryarray=lanes[::-1]), height=120 + 60 * n_stages,
+                      margin=dict(t=50, b=40))
+    return fig
+
+
+def bubble_curve(t: pd.DataFrame, title: str) -> go.Figure:
+    """Measured bubble (points) and the stage-time prediction (hollow) per schedule over the
+    microbatch count, on the theory line (p-1)/(m+p-1) of each pipeline depth."""
+    from results.pipeline import theory
+    fig = go.Figure()
+    colors = {"gpipe": "#1565c0", "1f1b": "#2e7d32", "interleaved_1f1b": "#6a1b9a"}
+    for p, v in sorted({(int(a), int(b)) for a, b in zip(t["pp"], t["virtual"])}):
+        ms = list(range(1, int(t["microbatches"].max()) + 1))
+        fig.add_scatter(x=ms, y=[theory(p, m, v) for m in ms], mode="lines", name=f"theory p={p}" + (f" v={v}" if v > 1 else ""),
+                        line=dict(color="black", dash="dash" if v == 1 else "dot"))
+    for sched, g in t.groupby("schedule"):
+        fig.add_scatter(x=g["microbatches"].tolist(), y=g["bubble_measured"].tolist(), mode="markers",
+                        name=f"{sched} measured", marker=dict(color=colors.get(sched, "#9e9e9e"), size=10),
+                        hovertemplate=f"{sched}: m=%{{x}}, bubble %{{y:.3f}}<extra></extra>")
+        if "bubble_predicted" in g and g["bubble_predicted"].notna().any():
+            fig.add_scatter(x=g["microbatches"].tolist(), y=g["bubble_predicted"].tolist(), mode="markers",
+                            name=f"{sched} predicted from stage times",
+                            marker=dict(color=colors.get(sched, "#9e9e9e"), size=10, symbol="circle-open"))
+    fig.update_layout(title=title, xaxis_title="microbatches m", yaxis_title="bubble (idle share of the step)",
+                      yaxis_range=[0, 1], height=400)
+    return fig

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import results
-from results import collectives, report, stats
+from results import collectives, pipeline, report, schema, stats
 from results.paths import results_root
 from results.tracking import default_tracking_uri
 from results.store import step_samples
@@ -61,6 +61,21 @@ def comm_sizes(records: pd.DataFrame) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S)
 def comm_predictions(runs: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     return collectives.predictions(runs, comm)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def pipeline_runs(df: pd.DataFrame) -> pd.DataFrame:
+    return pipeline.bubble_table(df)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def pipeline_record(record_dir: str) -> dict:
+    """The schedule record of a pipeline run (its events and bubble), or {} if unreadable."""
+    from pathlib import Path
+    try:
+        return schema.read_record(Path(record_dir))["summary"].get("pipeline", {})
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 @st.cache_data(ttl=CACHE_TTL_S)

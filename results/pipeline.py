@@ -122,3 +122,66 @@ def timeline(rec: dict, step: int | None = None) -> list[dict]:
     return [{"stage": e["stage"], "rank": e["rank"], "kind": e["kind"], "mb": e["mb"],
              "start_ms": 1000 * (e["t0"] - start), "end_ms": 1000 * (e["t1"] - start)}
             for e in rec["events"] if e["step"] == step]
+
+
+def balanced_split(split: list[int], times: dict[str, dict[str, float]]) -> dict:
+    """The split that balances measured stage times, from one run's stage_times under `split`.
+    A stage costs n_s blocks x beta plus its extras: the first stage's embedding (a gather:
+    taken as 0) and the last stage's final LayerNorm, head and loss. beta comes from the
+    stages without extras (the middle ones), else from the first stage; the last stage's
+    extra is what its time leaves beyond its blocks. Every split into the same number of
+    non-empty stages is then costed and the one with the lowest maximum stage time returned,
+    with the costs the model predicts (seconds per microbatch, forward + backward)."""
+    from itertools import combinations
+    t = [times[str(s)]["fwd_s"] + times[str(s)]["bwd_s"] for s in range(len(split))]
+    middle = [(t[s], split[s]) for s in range(1, len(split) - 1)]
+    beta = sum(x for x, _ in middle) / sum(n for _, n in middle) if middle else t[0] / split[0]
+    head = max(0.0, t[-1] - split[-1] * beta)
+    n, k = sum(split), len(split)
+
+    def cost(sp):
+        return [b * beta + (head if i == k - 1 else 0.0) for i, b in enumerate(sp)]
+    best = None
+    for cuts in combinations(range(1, n), k - 1):  # every composition of n into k positive parts
+        sp = [b - a for a, b in zip((0, *cuts), (*cuts, n))]
+        if best is None or max(cost(sp)) < max(cost(best)):
+            best = sp
+    return {"split": best, "block_s": beta, "last_stage_extra_s": head,
+            "predicted_stage_s": cost(best), "predicted_stage_s_as_run": cost(split)}
+
+
+def bubble_table(df):
+    """One row per finished pipeline run of a runs frame (results.load_runs): its schedule,
+    microbatches, the measured bubble beside the theory and the stage-time prediction."""
+    import pandas as pd
+    if df.empty or "pp_bubble" not in df:
+        return pd.DataFrame()
+    runs = df[df["pp_bubble"].notna() & (df["status"] == "finished")]
+    if runs.empty:
+        return pd.DataFrame()
+
+    def num(col, default):
+        return pd.to_numeric(runs[col], errors="coerce").fillna(default) if col in runs else default
+    out = pd.DataFrame({
+        "run_id": runs["run_id"], "workload": runs["workload"], "size": runs["size"], "device": runs["device"],
+        "config": runs["config"] if "config" in runs else "", "schedule": runs.get("parallel.pp_schedule", "1f1b"),
+        "pp": num("parallel.pp", 1).astype(int), "virtual": num("parallel.pp_virtual", 1).astype(int),
+        "microbatches": num("parallel.microbatches", 4).astype(int),
+        "split": runs["parallel.pp_split"].fillna("even").replace({"": "even"}) if "parallel.pp_split" in runs else "even",
+        "bubble_measured": runs["pp_bubble"], "bubble_theory": runs["pp_bubble_theory"],
+        "bubble_predicted": runs.get("pp_bubble_predicted"),
+        "unexplained_ms": 1000 * runs["pp_unexplained_s"] if "pp_unexplained_s" in runs else None,
+        "window_ms": 1000 * runs["pp_window_s"], "record_dir": runs.get("record_dir")})
+    return out.sort_values(["workload", "size", "schedule", "pp", "microbatches"]).reset_index(drop=True)
+
+
+def verdict(r) -> str:
+    """One line per pipeline run: measured bubble against theory, and what explains the gap."""
+    line = (f"{r['config']}: bubble {r['bubble_measured']:.3f} measured vs {r['bubble_theory']:.3f} theory "
+            f"((p-1)/(m+p-1), p={r['pp']}, m={r['microbatches']})")
+    pred = r.get("bubble_predicted")
+    if pred is not None and pred == pred:
+        line += (f"; {pred:.3f} predicted from the measured stage times (unequal stages: "
+                 f"{pred - r['bubble_theory']:+.3f}), {r['unexplained_ms']:.1f} ms per step beyond it "
+                 f"(send/recv, schedule overhead)")
+    return line

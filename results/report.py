@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results import schema, stats
+from results import labels, schema, stats
 from results.collectives import COLLECTIVES
 from results.store import step_samples
 from results.toggles import NAMES
@@ -64,16 +64,19 @@ def strategy_labels(df: pd.DataFrame) -> pd.Series:
     ranks = pd.to_numeric(df["ranks"], errors="coerce").fillna(1).astype(int) if "ranks" in df else \
         pd.Series(1, index=df.index)
     fewest = ranks.groupby([df[c].astype(str) for c in GROUP]).transform("min")
+    pp = [col(f"parallel.{k}", d) for k, d in (("pp", "1"), ("pp_virtual", "1"), ("pp_schedule", "1f1b"),
+                                                ("microbatches", "4"), ("pp_split", ""), ("ep", "1"))]
     keys = pd.Series(list(zip(col("parallel.data", "ddp"), col("parallel.tp", "1"), col("parallel.sp", "False"),
-                              ranks, ranks > fewest)), index=df.index)
+                              *pp, ranks, ranks > fewest)), index=df.index)
     return keys.map({k: _strategy_label(*k) for k in keys.unique()})  # a handful of distinct cells
 
 
-def _strategy_label(data: str, tp: str, sp: str, ranks: int, more_ranks: bool) -> str:
-    if data == "ddp" and tp == "1" and not more_ranks:
+def _strategy_label(data: str, tp: str, sp: str, pp: str, pp_virtual: str, pp_schedule: str, microbatches: str,
+                    pp_split: str, ep: str, ranks: int, more_ranks: bool) -> str:
+    if data == "ddp" and tp == "1" and pp == "1" and ep == "1" and not more_ranks:
         return ""
-    tp_part = f"tp{tp}{'+sp' if sp == 'True' else ''}" if tp != "1" else ""
-    name = "+".join(x for x in (data if (data != "ddp" or not tp_part) else "", tp_part) if x)
+    name = labels.strategy_name(data, int(tp), sp == "True", int(pp), int(pp_virtual), pp_schedule,
+                                int(microbatches), pp_split, int(ep))
     return f"{name}@{ranks}"
 
 

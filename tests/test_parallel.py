@@ -188,6 +188,9 @@ def test_records_before_the_parallel_section_keep_their_variant_ids():
     cfg = RunConfig(workload="lm")
     assert "parallel" in cfg.to_dict() and cfg.variant_hash() == "bb388c19df"  # the id it had before
     assert cfg.with_overrides(["parallel.data=fsdp"]).variant_hash() != cfg.variant_hash()
+    # strategies recorded before the pipeline keys keep theirs (ids computed at 122ddf6)
+    assert cfg.with_overrides(["parallel.data=fsdp"]).variant_hash() == "17fca3d8ee"
+    assert cfg.with_overrides(["parallel.tp=2", "parallel.sp=true"]).variant_hash() == "45a9e74999"
     json.dumps(cfg.to_dict())
 
 

@@ -1,6 +1,7 @@
-"""The Parallelism and Collectives pages say what results computes from the same store
-(AppTest), and render in a real browser; a parallel sweep (one-rank baseline, ddp, zero1, fsdp
-at 2 ranks under mpiexec) and a collectives benchmark on the same 2 ranks seed the store."""
+"""The Parallelism, Pipeline and Collectives pages say what results computes from the same store
+(AppTest), and render in a real browser; a parallel sweep (one-rank baseline, ddp, zero1, fsdp,
+and GPipe and 1F1B pipelines at 2 ranks under mpiexec) and a collectives benchmark on the same
+2 ranks seed the store."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from results import collectives, report
+from results import pipeline as pipe
 from tests.conftest import REPO, sweep_store
 from tests.test_mpi import mpiexec
 
@@ -24,7 +26,8 @@ def parallel_store(tmp_path_factory, data_root):
         workloads: [lm]
         repeats: 1
         matrix: [baseline]
-        parallel: [{data: ddp}, {data: zero1}, {data: fsdp}]
+        parallel: [{data: ddp}, {data: zero1}, {data: fsdp}, {pp: 2, microbatches: 2, pp_schedule: gpipe},
+                   {pp: 2, microbatches: 2}]
         ranks: [2]
         base: {steps: 4, warmup_steps: 1, profile_steps: 0}
     """)
@@ -66,7 +69,7 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
     assert not at.exception, [e.value for e in at.exception]
     shown = at.dataframe[0].value.set_index("config")
     want = report.parallel_table(report.records_frame(parallel_store / "runs")).set_index("config")
-    assert sorted(shown.index) == ["ddp@2", "fsdp@2", "zero1@2"]
+    assert sorted(shown.index) == ["ddp@2", "fsdp@2", "pp2-1f1b-m2@2", "pp2-gpipe-m2@2", "zero1@2"]
     for config in shown.index:
         assert shown.loc[config, "bytes_match_theory"] == "yes"
         for col in ("all_reduce_mib", "all_gather_mib", "reduce_scatter_mib", "broadcast_mib",
@@ -118,6 +121,40 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
     assert any(x.startswith("fsdp@2: predicted communication") for x in lines)
 
 
+def _pipeline_table(root: Path):
+    runs = report.records_frame(root / "runs")
+    runs["config"] = report.label_configs(runs)
+    return pipe.bubble_table(runs)
+
+
+@pytest.mark.slow
+def test_pipeline_page_shows_the_bubble_and_the_schedule(monkeypatch, parallel_store):
+    monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page("pages/pipeline.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    want = _pipeline_table(parallel_store).set_index("config")
+    shown = at.dataframe[0].value.set_index("config")
+    assert sorted(shown.index) == ["pp2-1f1b-m2@2", "pp2-gpipe-m2@2"]
+    for config in shown.index:
+        for col in ("bubble_measured", "bubble_theory", "bubble_predicted", "window_ms"):
+            assert shown.loc[config, col] == pytest.approx(want.loc[config, col], rel=1e-6), (config, col)
+        assert shown.loc[config, "bubble_theory"] == pytest.approx(1 / 3)  # p=2, m=2
+    assert at.text[0].value.splitlines() == [pipe.verdict(r) for _, r in want.reset_index().iterrows()]
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    import plotly.io
+    bars = {t.name: t for t in plotly.io.from_json(charts[1].proto.spec).data}
+    assert set(bars) == {"idle", "forward", "backward", "loss"}
+    # the chosen run's median step: every microbatch's forward and backward on both stages
+    assert sorted(zip(bars["forward"].y, bars["forward"].text)) == sorted(
+        (f"stage {s}", str(m)) for s in range(2) for m in range(2))
+    assert len(bars["backward"].y) == 4 and list(bars["idle"].y) == ["stage 0", "stage 1"]
+    assert "bubble" in at.text[1].value and "theory" in at.text[1].value
+
+
 def _visit(browser, url: str, path: str, name: str) -> tuple[str, str]:
     """(page text, first chart's text) of a portal page once its charts and tables are drawn;
     a full-page screenshot goes to test-artifacts/portal/<name>.png."""
@@ -155,6 +192,12 @@ def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
         assert "fsdp@2:" in body and "model state per rank = 0.500 of DDP's" in body
         assert _ddp_prediction(parallel_store, recs) in body  # the predicted communication, as computed
         assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
+
+        body, legend = _visit(browser, url, "pipeline", "pipeline")
+        assert "Pipeline: schedules and their bubble" in body
+        for _, r in _pipeline_table(parallel_store).iterrows():
+            assert pipe.verdict(r) in body, pipe.verdict(r)
+        assert "theory p=2" in legend and "gpipe measured" in legend and "1f1b measured" in legend
 
         body, legend = _visit(browser, url, "collectives", "collectives")
         assert "Collectives: bandwidth and latency per backend" in body

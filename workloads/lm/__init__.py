@@ -14,10 +14,16 @@ from workloads.lm.spec import SIZES_RAW, LMSize
 
 
 def n_params_no_pos(s: LMSize) -> int:
-    """N of PaLM appendix B: all parameters except the position embeddings (the tied token
-    embedding counts once). Per layer: LN 2d, QKV d*3d+3d, proj d*d+d, LN 2d, MLP 8d^2+5d."""
+    """N of PaLM appendix B: all parameters a token passes through, except the position
+    embeddings (the tied token embedding counts once). Per layer: LN 2d, QKV d*3d+3d, proj
+    d*d+d, LN 2d, MLP 8d^2+5d. A Mixture-of-Experts layer counts its router (d*E) and only the
+    top_k experts a token is sent to (the active parameters, as Switch counts FLOPs)."""
     d = s.d_model
-    return s.vocab * d + s.n_layer * (12 * d * d + 13 * d) + 2 * d
+    mlp = 8 * d * d + 5 * d
+    moe_layers = sum(s.is_moe_block(i) for i in range(s.n_layer))
+    per_layer = 4 * d * d + 8 * d  # attention, its projection and the two LayerNorms
+    return (s.vocab * d + s.n_layer * per_layer + (s.n_layer - moe_layers) * mlp
+            + moe_layers * (d * s.n_experts + s.top_k * mlp) + 2 * d)
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,26 @@ class LM:
         return f"entropy rate of the data + {size.target_margin} nats/token"
 
     def tensor_parallel_check(self, size: LMSize, tp: int, sp: bool) -> str | None:
+        if size.n_experts:
+            return (f"parallel.tp on lm {size.name}: the tensor-parallel plan splits dense MLPs; "
+                    f"spread its experts with parallel.ep instead")
         from workloads.lm.parallel_plan import check
         return check(size, tp, sp)
+
+    def expert_parallel_check(self, size: LMSize, ep: int) -> str | None:
+        """Why this size's experts can't be spread over `ep` ranks, or None."""
+        if not size.n_experts:
+            moe = [n for n, s in self.sizes.items() if s.n_experts]
+            return f"parallel.ep={ep} needs a Mixture-of-Experts size ({', '.join(moe)}); lm {size.name} is dense"
+        if size.n_experts % ep:
+            valid = ", ".join(str(n) for n in range(1, size.n_experts + 1) if size.n_experts % n == 0)
+            return f"parallel.ep={ep} does not divide the {size.n_experts} experts of lm {size.name}; valid: {valid}"
+        return None
+
+    def moe_layers(self, model) -> list:
+        """The model's Mixture-of-Experts layers (workloads/lm/moe.py), in order."""
+        from workloads.lm.moe import MoE
+        return [m for m in model.modules() if isinstance(m, MoE)]
 
     def tensor_parallel_plan(self, model, tp: int, sp: bool) -> dict:
         """{module path: ParallelStyle}: Megatron's column -> row split of attention and MLP

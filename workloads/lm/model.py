@@ -33,13 +33,17 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, s: LMSize):
+    def __init__(self, s: LMSize, moe: bool = False):
         super().__init__()
         self.ln_1 = nn.LayerNorm(s.d_model)
         self.attn = CausalSelfAttention(s)
         self.ln_2 = nn.LayerNorm(s.d_model)
-        self.mlp = nn.Sequential(nn.Linear(s.d_model, 4 * s.d_model), nn.GELU(),
-                                 nn.Linear(4 * s.d_model, s.d_model), nn.Dropout(s.dropout))
+        if moe:  # Switch/GShard: the MLP becomes E experts behind a top-k router
+            from workloads.lm.moe import MoE
+            self.mlp = MoE(s)
+        else:
+            self.mlp = nn.Sequential(nn.Linear(s.d_model, 4 * s.d_model), nn.GELU(),
+                                     nn.Linear(4 * s.d_model, s.d_model), nn.Dropout(s.dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -52,13 +56,13 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(s.vocab, s.d_model)
         self.wpe = nn.Embedding(s.seq_len, s.d_model)
         self.drop = nn.Dropout(s.dropout)
-        self.h = nn.ModuleList(Block(s) for _ in range(s.n_layer))
+        self.h = nn.ModuleList(Block(s, moe=s.is_moe_block(i)) for i in range(s.n_layer))
         self.ln_f = nn.LayerNorm(s.d_model)
         self.lm_head = nn.Linear(s.d_model, s.vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2: scaled init of residual projections
-            if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
+            if name.endswith(("c_proj.weight", ".2.weight")):  # MLP output: dense (mlp.2) and experts
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * s.n_layer))
 
     @staticmethod
