@@ -30,7 +30,7 @@ demo: setup             ## the main job: a small CPU ablation, recorded, summari
 sweep: setup            ## make sweep SWEEP=path/to/sweep.yaml
 	$(PY) -m harness sweep $(SWEEP)
 
-parallel: setup         ## parallel strategies (ddp, zero1, fsdp, tp, tp+sp, dp x tp) under mpiexec [SWEEP_PARALLEL=...]
+parallel: setup         ## parallel strategies (ddp, zero1, fsdp, tp, tp+sp, dp x tp, pipelines) under mpiexec [SWEEP_PARALLEL=... e.g. harness/sweeps/parallel-cpu-moe.yaml]
 	$(PY) -m harness sweep $(or $(SWEEP_PARALLEL),harness/sweeps/parallel-cpu.yaml)
 
 comm: setup             ## make comm RANKS=4 [COMM_ARGS="-e 64M --dtypes float32,bfloat16"]: collectives benchmark (gloo, MPI) under mpiexec

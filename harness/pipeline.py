@@ -87,6 +87,7 @@ class Pipeline:
         self.size = wl.sizes[ts.cfg.size]
         self.workload, self.device, self.mesh = wl, ts.device, mesh
         self.pp, self.n_stages, self.microbatches = p.pp, p.stages, p.microbatches
+        self.schedule_name = p.pp_schedule
         self.pp_rank = mesh["pp"].get_local_rank()
         self.owned = [self.pp_rank + k * p.pp for k in range(p.pp_virtual)]
         self.split = p.split() if p.pp_split else wl.pipeline_split(self.size, p.stages)
@@ -185,7 +186,6 @@ def apply_pipeline_split(ts) -> None:
         return
     from harness.parallel import mesh
     pipe = Pipeline(ts, mesh(ts))
-    pipe.schedule_name = ts.cfg.parallel.pp_schedule
     ts.pipeline = pipe
     ts.model = ts.eval_model = nn.ModuleList(pipe.parts)
 

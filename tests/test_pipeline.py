@@ -55,8 +55,8 @@ def test_equal_stages_measure_the_theory_and_the_prediction_matches(m):
     rec = pipe.analyse(built, _gpipe_events(2, m, [1.0, 1.0], [2.0, 2.0]))
     assert rec["bubble_measured"] == pytest.approx(pipe.theory(2, m))
     assert rec["bubble_predicted"] == pytest.approx(pipe.theory(2, m))
-    assert rec["unexplained_s"] == pytest.approx(0.0)
-    assert rec["window_s"] == pytest.approx((m + 1) * 3.0)
+    assert rec["unexplained_s"] == pytest.approx(0.0) and rec["comm_overhead_s"] == pytest.approx(0.0)
+    assert rec["window_s"] == pytest.approx((m + 1) * 3.0) and rec["bubble_replay"] == pytest.approx(pipe.theory(2, m))
 
 
 def test_a_heavier_last_stage_is_predicted_and_hop_time_is_left_unexplained():
@@ -66,9 +66,24 @@ def test_a_heavier_last_stage_is_predicted_and_hop_time_is_left_unexplained():
     assert rec["window_s"] == pytest.approx(9 + 14 + 0.5)
     assert rec["predicted_window_s"] == pytest.approx(23.0)
     assert rec["unexplained_s"] == pytest.approx(0.5)
+    # replayed with the measured durations and free sends: the hops are what is left
+    assert rec["steps"][0]["replay_window_s"] == pytest.approx(23.0) and rec["comm_overhead_s"] == pytest.approx(0.5)
     assert rec["bubble_measured"] > pipe.theory(2, 4)  # unequal stages idle the lighter one longer
     rows = pipe.timeline(rec)
     assert len(rows) == 16 and min(r["start_ms"] for r in rows) == 0.0
+
+
+def test_balanced_split_moves_blocks_off_the_stage_with_the_head():
+    # 3 + 3 blocks of 10 ms; the last stage also runs a head + loss worth 25 ms
+    times = {"0": {"fwd_s": 0.010, "bwd_s": 0.020}, "1": {"fwd_s": 0.020, "bwd_s": 0.035}}
+    plan = pipe.balanced_split([3, 3], times)
+    assert plan["block_s"] == pytest.approx(0.010) and plan["last_stage_extra_s"] == pytest.approx(0.025)
+    assert plan["split"] == [4, 2]  # stage times 40 vs 45 ms instead of 30 vs 55
+    assert plan["predicted_stage_s"] == pytest.approx([0.040, 0.045])
+    # a middle stage gives the block time without extras
+    times3 = {"0": {"fwd_s": 0.02, "bwd_s": 0.0}, "1": {"fwd_s": 0.02, "bwd_s": 0.0}, "2": {"fwd_s": 0.05, "bwd_s": 0.0}}
+    plan3 = pipe.balanced_split([2, 2, 2], times3)  # head 30 ms: the last stage keeps one block
+    assert plan3["split"][-1] == 1 and max(plan3["predicted_stage_s"]) == pytest.approx(0.040)
 
 
 # -- configuration ---------------------------------------------------------------------------------
