@@ -21,7 +21,7 @@ from results.tracking import client as _client
 
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
 RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
-SUMMARY_PREFIXES = ("comm_", "mem_")  # multi-rank accounting: per collective and per state part
+SUMMARY_PREFIXES = ("comm_", "mem_", "pp_")  # multi-rank accounting (per collective, per state part); pipeline bubble
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",

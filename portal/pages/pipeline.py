@@ -17,9 +17,10 @@ if table.empty:
 st.caption("Bubble = 1 - busy / window per rank, averaged over ranks and the timed steps; the window is the "
            "pipeline's makespan (first microbatch forward to last backward, all stages), busy the rank's forward, "
            "backward and loss time. Theory with equal stages and free sends: (p-1)/(m+p-1), "
-           "(p-1)/(v*m+p-1) interleaved. Predicted: the same schedule with each stage's measured times (the "
-           "first stage holds the embedding, the last the head and loss); what the window has beyond it is "
-           "send/recv and the schedule's overhead.")
+           "(p-1)/(v*m+p-1) interleaved. Predicted: the same schedule with each stage's median measured times "
+           "(the first stage holds the embedding, the last the head and loss). Replayed: each step's own events, "
+           "every duration as measured, sends free; what the measured window has beyond the replay is send/recv "
+           "and the schedule's overhead.")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} {size} ({device})")
     st.plotly_chart(charts.bubble_curve(t, "bubble vs microbatches: measured, predicted, theory"), width="stretch")
