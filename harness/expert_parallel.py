@@ -53,15 +53,22 @@ def expert_all_reduce_bytes(ts) -> int:
     return sum(p.numel() * p.element_size() for n, p in ts.eval_model.named_parameters() if ".experts." in n)
 
 
+def _layers(workload, model) -> list:
+    """The model's MoE layers, found once per model (read every step: no module walk there)."""
+    if "_harness_moe_layers" not in model.__dict__:
+        model.__dict__["_harness_moe_layers"] = getattr(workload, "moe_layers", lambda m: [])(model)
+    return model.__dict__["_harness_moe_layers"]
+
+
 def reset(workload, model) -> None:
-    for layer in getattr(workload, "moe_layers", lambda m: [])(model):
+    for layer in _layers(workload, model):
         layer.reset_stats()
 
 
 def step_figures(workload, model, dist) -> dict:
     """This step's Mixture-of-Experts figures, summed over the layers and the ranks (one small
     all-reduce, outside the timed region), then reset. {} for a dense model."""
-    layers = getattr(workload, "moe_layers", lambda m: [])(model)
+    layers = _layers(workload, model)
     if not layers:
         return {}
     tokens = sum(layer.stats["tokens_per_expert"] for layer in layers)

@@ -38,16 +38,15 @@ def _per_stage_times(events: list[dict]) -> dict[int, dict[str, float]]:
     """Median seconds per microbatch of each stage's forward (its loss included) and backward."""
     fwd: dict[int, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
     bwd: dict[int, list[float]] = defaultdict(list)
+    loss: dict[int, list[float]] = defaultdict(list)
     for e in events:
         d = e["t1"] - e["t0"]
         if e["kind"] == "B":
             bwd[e["stage"]].append(d)
         elif e["kind"] == "F":
             fwd[e["stage"]][(e["step"], e["mb"])] += d
-    loss: dict[int, list[float]] = defaultdict(list)
-    for e in events:
-        if e["kind"] == "L":
-            loss[e["stage"]].append(e["t1"] - e["t0"])
+        else:
+            loss[e["stage"]].append(d)
     out = {}
     for s in sorted(set(fwd) | set(bwd)):
         f = median(fwd[s].values()) if fwd[s] else 0.0

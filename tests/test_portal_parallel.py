@@ -40,6 +40,17 @@ def parallel_store(tmp_path_factory, data_root):
     return root
 
 
+def _app_page(monkeypatch, store: Path, page: str) -> AppTest:
+    """The portal on `store`, switched to `page`, run without an exception."""
+    monkeypatch.setenv("HARNESS_RESULTS", str(store))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def _ddp_prediction(root: Path, recs) -> str:
     """ddp@2's predicted communication, recomputed by hand: DDP issues all-reduces only, so
     calls x the benchmarked gloo time of one call of its size (the words the page prints)."""
@@ -61,12 +72,7 @@ def _comm(root: Path):
 
 @pytest.mark.slow
 def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_store):
-    monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("pages/parallelism.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _app_page(monkeypatch, parallel_store, "pages/parallelism.py")
     shown = at.dataframe[0].value.set_index("config")
     want = report.parallel_table(report.records_frame(parallel_store / "runs")).set_index("config")
     assert sorted(shown.index) == ["ddp@2", "fsdp@2", "pp2-1f1b-m2@2", "pp2-gpipe-m2@2", "zero1@2"]
@@ -87,13 +93,8 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
 
 @pytest.mark.slow
 def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_store):
-    monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     recs, top = _comm(parallel_store)
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("pages/collectives.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _app_page(monkeypatch, parallel_store, "pages/collectives.py")
     verdicts, not_measured = at.text[0].value.splitlines(), at.text[1].value
     ceilings = collectives.ceilings_by_backend(recs.iloc[0].to_dict())
     assert verdicts == collectives.verdict_lines(top, ceilings) and len(verdicts) == len(collectives.COLLECTIVES)
@@ -121,6 +122,11 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
     assert any(x.startswith("fsdp@2: predicted communication") for x in lines)
 
 
+def pipe_record(record_dir: str) -> dict:
+    from results import schema
+    return schema.read_record(Path(record_dir))["summary"]["pipeline"]
+
+
 def _pipeline_table(root: Path):
     runs = report.records_frame(root / "runs")
     runs["config"] = report.label_configs(runs)
@@ -129,12 +135,7 @@ def _pipeline_table(root: Path):
 
 @pytest.mark.slow
 def test_pipeline_page_shows_the_bubble_and_the_schedule(monkeypatch, parallel_store):
-    monkeypatch.setenv("HARNESS_RESULTS", str(parallel_store))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("pages/pipeline.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _app_page(monkeypatch, parallel_store, "pages/pipeline.py")
     want = _pipeline_table(parallel_store).set_index("config")
     shown = at.dataframe[0].value.set_index("config")
     assert sorted(shown.index) == ["pp2-1f1b-m2@2", "pp2-gpipe-m2@2"]
@@ -198,6 +199,10 @@ def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
         for _, r in _pipeline_table(parallel_store).iterrows():
             assert pipe.verdict(r) in body, pipe.verdict(r)
         assert "theory p=2" in legend and "gpipe measured" in legend and "1f1b measured" in legend
+        first = _pipeline_table(parallel_store).iloc[0]  # the run the timeline shows first
+        rec = pipe_record(first["record_dir"])
+        assert (f"{len(pipe.timeline(rec))} events; window {1000 * rec['window_s']:.1f} ms (median step); bubble "
+                f"{rec['bubble_measured']:.3f} measured, {rec['bubble_theory']:.3f} theory") in body
 
         body, legend = _visit(browser, url, "collectives", "collectives")
         assert "Collectives: bandwidth and latency per backend" in body
