@@ -66,31 +66,36 @@ def ensure_dataset(workload, size, root: Path, seed: int) -> None:
 
 
 def epoch_batches(n: int, batch: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
-                  shuffle: bool = True, drop_last: bool = True) -> list[list[int]]:
+                  shuffle: bool = True, drop_last: bool = True,
+                  shares: Sequence[int] | None = None) -> list[list[int]]:
     """Index batches of one epoch for one rank, from a permutation seeded by (seed, epoch).
 
     Training (drop_last): the permutation is cut into global batches of batch x world and rank r
     takes slice r of each, so step k trains on the same global batch at any rank count (DDP
-    with the same global batch reproduces the one-rank loss curve). Evaluation (drop_last
+    with the same global batch reproduces the one-rank loss curve). `shares` (uneven data
+    parallel, parallel.batch_split): rank r takes shares[r] samples of each global batch of
+    sum(shares), the slices in rank order, so the union is still the one-rank batch. Evaluation (drop_last
     False): rank r takes every world-th sample, no padding, so each sample is counted once."""
     order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
     if not drop_last:
         shard = order[rank::world].tolist()
         return [shard[i:i + batch] for i in range(0, len(shard), batch)]
-    g = batch * world
-    return [order[i + rank * batch:i + (rank + 1) * batch].tolist() for i in range(0, n - g + 1, g)]
+    if shares is None:
+        shares = [batch] * world
+    g, lo = sum(shares), sum(shares[:rank])
+    return [order[i + lo:i + lo + shares[rank]].tolist() for i in range(0, n - g + 1, g)]
 
 
 def train_plan(n: int, batch: int, seed: int, total_steps: int, rank: int = 0,
-               world: int = 1) -> tuple[list[list[int]], int]:
+               world: int = 1, shares: Sequence[int] | None = None) -> tuple[list[list[int]], int]:
     """(batches for `total_steps` steps across epochs, steps per epoch)."""
-    per_epoch = len(epoch_batches(n, batch, seed, 0, rank, world))
+    per_epoch = len(epoch_batches(n, batch, seed, 0, rank, world, shares=shares))
     if per_epoch == 0:
         raise DataError(f"dataset has {n} samples: fewer than one batch of {batch} per rank x {world}")
     plan: list[list[int]] = []
     epoch = 0
     while len(plan) < total_steps:
-        plan += epoch_batches(n, batch, seed, epoch, rank, world)
+        plan += epoch_batches(n, batch, seed, epoch, rank, world, shares=shares)
         epoch += 1
     return plan[:total_steps], per_epoch
 

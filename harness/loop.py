@@ -93,6 +93,7 @@ class _Run:
     local_batch: int
     steps_per_epoch: int
     dist: DistInfo
+    eval_batch: int       # equal on every rank (uneven data parallel trains unequal local batches)
 
 
 def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
@@ -131,9 +132,10 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
     rec.info["torch_threads"] = torch.get_num_threads()
     global_batch = cfg.batch_size or size.batch_size
     dp_rank, dp_world = data_shard(cfg, dist)
-    if global_batch % dp_world:
+    shares = _shares(cfg, dp_world)
+    if shares is None and global_batch % dp_world:
         raise ValueError(f"batch_size {global_batch} is not divisible by {dp_world} data-parallel ranks")
-    local_batch = global_batch // dp_world
+    local_batch = shares[dp_rank] if shares else global_batch // dp_world
     nodes = dist_mod.node_count(dist)
     for key, value in (("submission_benchmark", getattr(workload, "mlperf_benchmark", workload.name)),
                        ("submission_org", "mlperf-harness"), ("submission_division", "open"),
@@ -148,7 +150,7 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
     n_val = workload.n_samples(root, "val", size)
     target = workload.quality_target(size, root)
     plan, steps_per_epoch = data.train_plan(n_train, local_batch, cfg.seed, cfg.warmup_steps + cfg.steps,
-                                            dp_rank, dp_world)
+                                            dp_rank, dp_world, shares)
     model = workload.build_model(size)
     ts = build(cfg, workload, model, lambda m: workload.build_optimizer(m, size, global_batch, steps_per_epoch),
                world=dist.world)
@@ -157,6 +159,8 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
     ml.event("quality_target", target)  # not an MLLOG constant: the LM rules need it, HPC rules ignore it
     ml.event(K.TRAIN_SAMPLES, n_train)
     ml.event(K.EVAL_SAMPLES, n_val)
+    if shares:
+        rec.info["batch_shares"] = shares
     rec.info.update(device=cfg.device, global_batch=global_batch, local_batch=local_batch, world=dist.world, nodes=nodes,
                     launcher=dist.launcher,
                     steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val,
@@ -164,7 +168,13 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
                     quality_metric=workload.quality_metric, quality_target=target,
                     higher_is_better=workload.higher_is_better)
     loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
-    return _Run(cfg, workload, size, root, ts, local_batch, steps_per_epoch, dist), loader
+    return _Run(cfg, workload, size, root, ts, local_batch, steps_per_epoch, dist,
+                global_batch // dp_world), loader
+
+
+def _shares(cfg: RunConfig, dp_world: int) -> list[int] | None:
+    """Samples per data-parallel rank when parallel.batch_split makes them unequal, else None."""
+    return cfg.parallel.shares() if cfg.parallel.batch_split and dp_world > 1 else None
 
 
 def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tuple[bool, int]:
@@ -222,7 +232,7 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
         rec.info.update(pipe_results.summary_figures(rec.info["pipeline"]))
     if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
-                                  ACCOUNT_STEPS, *data_shard(cfg, dist))
+                                  ACCOUNT_STEPS, *data_shard(cfg, dist), _shares(cfg, data_shard(cfg, dist)[1]))
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
             acc = comm_accounting.account(ts, [next(loader) for _ in plan], dist.world)
@@ -232,7 +242,7 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
             loader.close()
     if cfg.profile_steps:
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
-                                  cfg.profile_steps, *data_shard(cfg, dist))
+                                  cfg.profile_steps, *data_shard(cfg, dist), _shares(cfg, data_shard(cfg, dist)[1]))
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
             rec.info["breakdown"] = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,
@@ -246,7 +256,7 @@ def _eval(run: _Run, rec, epoch_num: int, step: int) -> bool:
     ml, wl = rec.mllog, run.workload
     t0 = time.time()
     ml.start(K.EVAL_START, epoch_num=epoch_num)
-    q = evaluate(run.ts, run.cfg, wl, run.size, run.root, run.local_batch, run.dist)
+    q = evaluate(run.ts, run.cfg, wl, run.size, run.root, run.eval_batch, run.dist)
     ml.end(K.EVAL_STOP, epoch_num=epoch_num)
     ml.event(getattr(wl, "mlperf_quality_key", "eval_accuracy"), q, epoch_num=epoch_num)
     rec.log_eval(step=step, epoch=epoch_num, quality=q, eval_s=time.time() - t0)

@@ -95,6 +95,8 @@ def apply_data_parallel(ts) -> None:
     the same sharded module, on every rank in lockstep)."""
     if _dp_degree(ts) <= 1:  # one replica (tensor or pipeline parallel only): nothing to do
         return
+    if ts.cfg.parallel.batch_split:
+        _weigh_loss_by_share(ts)
     if ts.pipeline is not None:
         _data_parallel_stages(ts)
         return
@@ -111,6 +113,18 @@ def apply_data_parallel(ts) -> None:
     if ts.ddp_ignore:  # expert parallel's sharded experts: reduced by harness/expert_parallel.py
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(ts.model, ts.ddp_ignore)
     ts.model = DistributedDataParallel(ts.model, device_ids=ids)
+
+
+def _weigh_loss_by_share(ts) -> None:
+    """Uneven data parallel (parallel.batch_split): rank r's mean loss over its n_r samples is
+    scaled by n_r * dp / B. DDP and FSDP average gradients over the dp ranks, so the update is
+    sum_r (n_r / B) grad(mean_r) = grad of the global batch's mean loss, the even split's; and
+    the mean of the scaled losses over ranks (dist.step_stats) is the global batch's loss."""
+    dp = _dp_degree(ts)
+    shares = ts.cfg.parallel.shares()
+    weight = shares[mesh(ts)["dp"].get_local_rank()] * dp / sum(shares)
+    plain = ts.loss_fn
+    ts.loss_fn = lambda out, y: plain(out, y) * weight
 
 
 def _data_parallel_stages(ts) -> None:

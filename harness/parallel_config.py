@@ -17,7 +17,7 @@ DATA_STRATEGIES = ("ddp", "zero1", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 # fields added after the first release of the section: left out of the variant hash at their
 # defaults, so runs recorded before them keep their ids
-_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep")
+_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep", "batch_split")
 
 
 def _positive_int(name: str, value) -> None:
@@ -58,6 +58,12 @@ class Parallel:
     ep ranks, tokens sent to their experts' ranks and back with all-to-all
     (harness/expert_parallel.py); the rest of the model data-parallel (ddp) over all ranks."""
 
+    batch_split: str = ""
+    """Uneven data parallel: samples of each global batch per data-parallel rank, "a,b,..."
+    (summing to the batch size), e.g. from `python -m harness plan` for ranks of unequal speed;
+    each rank's loss is weighted by its share, so the update equals the even split's. Empty =
+    an equal share each."""
+
     def __post_init__(self) -> None:
         if self.data not in DATA_STRATEGIES:
             raise UsageError(f"parallel.data must be one of {', '.join(DATA_STRATEGIES)}; got {self.data!r}")
@@ -74,6 +80,17 @@ class Parallel:
         problem = self._pipeline_problem()
         if problem:
             raise UsageError(problem)
+        if self.batch_split:
+            try:
+                shares = self.shares()
+            except ValueError:
+                raise UsageError(f"parallel.batch_split must be comma-separated sample counts, e.g. \"3,1\"; "
+                                 f"got {self.batch_split!r}") from None
+            if min(shares) < 1:
+                raise UsageError(f"parallel.batch_split {self.batch_split!r} gives a rank no samples; every rank needs >= 1")
+            if self.tp > 1 or self.pp > 1 or self.ep > 1:
+                raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
+                                 "for unequal pipeline stages use parallel.pp_split")
         if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data != "ddp"):
             raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp only so far (experts sharded, "
                              f"the rest replicated); got {self.label()}")
@@ -122,6 +139,13 @@ class Parallel:
     def split(self) -> list[int]:
         return [int(x) for x in self.pp_split.split(",")]
 
+    def shares(self) -> list[int]:
+        return [int(x) for x in self.batch_split.split(",")]
+
+    def local_batches(self, global_batch: int, dp: int) -> list[int]:
+        """Samples per data-parallel rank of one global batch: batch_split, else equal shares."""
+        return self.shares() if self.batch_split else [global_batch // dp] * dp
+
     def is_default(self) -> bool:
         return self == Parallel()
 
@@ -135,7 +159,8 @@ class Parallel:
         ranks is given and by the runner against the launched world (harness/parallel.py)."""
         if ranks == 1 and not self.is_default():
             what = (f"pp={self.pp}" if self.pp > 1 else f"ep={self.ep}" if self.ep > 1
-                    else f"data={self.data}" if self.data != "ddp" else f"tp={self.tp}")
+                    else f"data={self.data}" if self.data != "ddp"
+                    else f"batch_split={self.batch_split}" if self.batch_split else f"tp={self.tp}")
             return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
         for name in ("pp", "tp", "ep"):
             n = getattr(self, name)
@@ -150,6 +175,12 @@ class Parallel:
     def batch_problem(self, global_batch: int, ranks: int) -> str | None:
         """Why the global batch can't be split over the data-parallel ranks and microbatches."""
         dp = max(1, ranks // (self.tp * self.pp))
+        if self.batch_split:
+            shares = self.shares()
+            if len(shares) != dp or sum(shares) != global_batch:
+                return (f"parallel.batch_split {self.batch_split!r} needs {dp} entries (one per data-parallel rank) "
+                        f"summing to batch_size {global_batch}; got {len(shares)} summing to {sum(shares)}")
+            return None
         if global_batch % dp:
             return f"batch_size {global_batch} is not divisible by {dp} data-parallel ranks"
         if self.pp > 1 and (global_batch // dp) % self.microbatches:
@@ -160,4 +191,4 @@ class Parallel:
     def label(self) -> str:
         """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8 ..."""
         return strategy_name(self.data, self.tp, self.sp, self.pp, self.pp_virtual, self.pp_schedule,
-                             self.microbatches, self.pp_split, self.ep)
+                             self.microbatches, self.pp_split, self.ep, self.batch_split)
