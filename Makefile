@@ -88,4 +88,4 @@ perf: setup             ## benchmarks (not tests): figures to results/perf/perf.
 	$(PY) -m harness.perf
 
 clean:                  ## records, store, datasets (not the venv)
-	rm -rf results/runs results/comm results/mlflow.db results/mlartifacts results/perf data test-artifacts
+	rm -rf results/runs results/comm results/plans results/profiles results/mlflow.db results/mlartifacts results/perf data test-artifacts

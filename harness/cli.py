@@ -6,6 +6,7 @@ Bad input gets one line naming the problem and the valid choices, and exit statu
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -78,6 +79,23 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-w", "--warmup-iters", type=int, default=1, help="untimed iterations per size")
     m.add_argument("-c", "--check", type=int, default=1, help="1: verify every result by value (0: don't)")
     m.add_argument("--no-ingest", action="store_true", help="leave the records for `make ingest`")
+    f = sub.add_parser("profile", help="per-layer forward/backward time and memory on this device, for the planner")
+    f.add_argument("workload")
+    f.add_argument("--size", default="tiny")
+    f.add_argument("--microbatches", default="1,2,4", help="microbatch sizes to time, comma list")
+    f.add_argument("--repeats", type=int, default=5, help="timed passes per layer and size (median kept)")
+    f.add_argument("--cpus", type=float, default=None, help="hold this process to Q CPUs (cgroup cpu quota)")
+    f.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    f.add_argument("--cell-s", type=float, default=1.0,
+                   help="under a launcher: seconds each measurement lasts at least, all ranks together")
+    n = sub.add_parser("plan", help="heterogeneous planner: split DP/PP work over unequal devices, simulated")
+    n.add_argument("--devices", required=True, help="device inventory (YAML; see results/inventory.py)")
+    n.add_argument("--workload", default="lm")
+    n.add_argument("--size", default="tiny", help="a workload size, or a what-if shape (llama2-70b)")
+    n.add_argument("--global-batch", type=int, required=True)
+    n.add_argument("--strategy", default="auto", help="auto | dp | pp")
+    n.add_argument("--schedule", default="1f1b", help="1f1b | gpipe (pipeline plans)")
+    n.add_argument("--cell", default=None, help="write a sweep file that runs the plan here")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -130,6 +148,27 @@ def _execute(cfg: RunConfig, ingest: bool) -> int:
     if out.status == "killed":
         return 143  # 128 + SIGTERM, as a shell reports it
     return 2 if out.status == "unsupported" or out.bad_input else 1
+
+
+def cmd_profile(args) -> int:
+    from harness import layer_profile, registry
+    if args.workload not in registry.names():
+        raise UsageError(f"unknown workload {args.workload!r}; valid: {', '.join(registry.names())}")
+    try:
+        mbs = [int(x) for x in args.microbatches.split(",")]
+    except ValueError:
+        raise UsageError(f"--microbatches must be a comma list of sizes, e.g. 1,2,4; got {args.microbatches!r}") from None
+    if args.repeats < 1 or args.threads < 0 or (args.cpus is not None and not 0.01 <= args.cpus <= 1024):
+        raise UsageError("--repeats must be >= 1, --threads >= 0 and --cpus between 0.01 and the cores")
+    import torch
+    d = layer_profile.run(args.workload, args.size, mbs, args.repeats, args.cpus,
+                          args.threads or torch.get_num_threads(), results_root(), args.cell_s)
+    s = json.loads((d / "summary.json").read_text())
+    for kind, rows in s["layers"].items():
+        print(f"{kind:<10} " + "  ".join(f"mb{r['microbatch']}: fwd {1e3 * r['fwd_s']:.2f} bwd {1e3 * r['bwd_s']:.2f} ms"
+                                         for r in rows))
+    print(f"profile: {d}")
+    return 0
 
 
 def cmd_list() -> int:
@@ -186,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
             return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)
+        if args.cmd == "profile":
+            return cmd_profile(args)
+        if args.cmd == "plan":
+            from harness import plan_cmd
+            return plan_cmd.main(args.devices, args.workload, args.size, args.global_batch, args.strategy,
+                                 args.schedule, args.cell, results_root())
         if args.cmd == "comm":
             from harness import comm_bench, comm_run
             opts = comm_bench.options(args.collectives, args.backends, args.dtypes, args.minbytes, args.maxbytes,

@@ -99,10 +99,20 @@ def main(opts: comm_bench.Options, ingest: bool = True) -> int:
                          "(make comm RANKS=N)")
     if "nccl" in opts.backends and opts.explicit_backends and not torch.cuda.is_available():
         raise UsageError("backend nccl needs CUDA GPUs and torch sees none here; valid here: gloo, mpi")
-    return run(opts, info, ingest)
+    from harness import rank_cpu
+    from harness.errors import BadInput, Unsupported
+    try:  # HARNESS_RANK_CPU: links measured between ranks held as the planner's check holds them
+        quota = rank_cpu.apply(info.rank, info.world)
+    except (BadInput, Unsupported) as e:
+        raise UsageError(str(e)) from None
+    try:
+        return run(opts, info, ingest, rank_cpu.record(info.world) if quota else None)
+    finally:
+        if quota:
+            quota.release()
 
 
-def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
+def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool, constraint: dict | None = None) -> int:
     import torch.distributed as td
 
     from harness.runner import ingest_quietly, signals_raise_killed
@@ -127,6 +137,7 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool) -> int:
     common = {**comm_bench.describe(opts), "ranks": info.world, "nodes": nodes, "bench": ids[0],
               "launcher": info.launcher}
     facts = {**ceiling, "cpu_cores": cores, "ranks_per_node": dist_mod.ranks_on_this_node(),
+             **({"rank_cpu": constraint["cpus_per_rank"]} if constraint else {}),
              **{f"{k}_start": v for k, v in env.get("load_start", {}).items()}}
     open_recs: list[CommRecord] = []
     done: list[CommRecord] = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import dist as dist_mod
-from harness import envinfo, registry
+from harness import envinfo, rank_cpu, registry
 from harness.config import RunConfig
 from harness.errors import BadInput, Killed, Unsupported
 from harness.record import NullRecord, RunRecord
@@ -58,12 +58,16 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
     if os.environ.get("HARNESS_SLURM_SCRIPT"):  # the rendered #SBATCH script this task ran under
         rec.attach(Path(os.environ["HARNESS_SLURM_SCRIPT"]), schema.JOB_SCRIPT)
     status, reason, bad_input = schema.FAILED, "", False
+    quota = None
     with signals_raise_killed():
         try:
             if launched != dist.world:
                 raise BadInput(f"ranks={launched} but the launcher ({dist.launcher}) started {dist.world}")
             parallel.check(cfg, dist.world)  # an impossible layout: exit 2 before any work
             dist_mod.init(dist, cfg.device)
+            quota = rank_cpu.apply(dist.rank, dist.world)  # HARNESS_RANK_CPU: ranks made unequal for real
+            if quota:
+                rec.info["rank_cpu"] = rank_cpu.record(dist.world)
             reason = optimize.check(cfg, workload) or ""
             if reason:
                 raise Unsupported(reason)
@@ -88,6 +92,9 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
                 reason = f"another rank died or hung: {reason}"
             traceback.print_exc(file=sys.stderr)
         finally:
+            if quota:
+                rec.info["rank_cpu"]["rank0_throttled"] = quota.throttled() if dist.is_main else None
+                quota.release()
             rec.finish(status, reason)
             dist_mod.shutdown()
     return Outcome(rec.run_id, rec.dir, status, reason, bad_input)

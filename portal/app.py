@@ -12,6 +12,7 @@ pages = [
     st.Page("pages/compare.py", title="Compare"),
     st.Page("pages/parallelism.py", title="Parallelism"),
     st.Page("pages/pipeline.py", title="Pipeline"),
+    st.Page("pages/planner.py", title="Planner"),
     st.Page("pages/collectives.py", title="Collectives"),
 ]
 st.navigation(pages).run()

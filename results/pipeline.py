@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import mean, median
 
+from results import step_sim
+
 
 def theory(p: int, m: int, v: int = 1) -> float:
     """Idle share of a step with equal stages: (p-1)/(v*m+p-1)."""
@@ -56,15 +58,14 @@ def _per_stage_times(events: list[dict]) -> dict[int, dict[str, float]]:
 
 def predicted_makespan(schedule: str, m: int, times: dict[int, dict[str, float]]) -> float | None:
     """Seconds per step the schedule takes with these stage times and free communication
-    (one stage per rank; None for interleaved schedules)."""
-    if schedule not in ("gpipe", "1f1b") or not times:
+    (one stage per rank; None for interleaved schedules): the planner's event simulation
+    (results/step_sim.py). Closed forms hold only in part: GPipe's sum(f) + (m-1) max(f) +
+    sum(b) + (m-1) max(b) is exact, 1F1B's sum(f+b) + (m-1) max(f+b) overestimates a pipeline
+    whose slowest stage is not at an end."""
+    if schedule not in step_sim.SCHEDULES or not times:
         return None
-    f = [t["fwd_s"] for t in times.values()]
-    b = [t["bwd_s"] for t in times.values()]
-    if schedule == "gpipe":
-        return sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b)
-    fb = [x + y for x, y in zip(f, b)]
-    return sum(fb) + (m - 1) * max(fb)
+    return step_sim.simulate(schedule, [step_sim.StageCost(t["fwd_s"], t["bwd_s"]) for _, t in sorted(times.items())],
+                             m)["pipeline_s"]
 
 
 def replay_window(evs: list[dict], n_stages: int) -> float:

@@ -201,3 +201,39 @@ def test_profiler_breakdown_names_communication():
                  "_c10d_functional::wait_tensor", "nccl:all_reduce"):
         assert classify(name) == "communication", name
     assert classify("aten::addmm") == "compute_bound" and classify("aten::broadcast_tensors") != "communication"
+
+
+@pytest.mark.slow
+def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_rank):
+    """parallel.batch_split: 12 and 4 samples of each global batch of 16, losses weighted by
+    share, so the update is the one-rank one; with HARNESS_RANK_CPU the ranks are held to 1 and
+    0.5 CPU for real (when this machine's cgroups allow it) and the record says so."""
+    from harness import rank_cpu
+    quota = rank_cpu.unavailable() is None
+    before = set(run_dirs(env))
+    p = mpirun({**env, **({rank_cpu.ENV: "1,0.5"} if quota else {})}, 2, "run", "lm", *STEPS,
+               "--set", f"reference_run={one_rank}", "--set", "parallel.batch_split=12,4")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]  # the gate: same losses as one rank
+    ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
+    assert [m["loss"] for m in rec["metrics"] if m["kind"] == "step"] == pytest.approx(ref, rel=1e-5)
+    s = rec["summary"]
+    assert s["batch_shares"] == [12, 4] and s["local_batch"] == 12
+    assert s["parallel"]["measured_per_step"]["all_reduce"]["bytes"] == pytest.approx(s["parallel"]["analytic_per_step"]["all_reduce"], rel=0.01)
+    if quota:
+        assert s["rank_cpu"]["cpus_per_rank"] == [1.0, 0.5] and s["rank_cpu"]["rank0_throttled"]["nr_periods"] > 0
+    assert not list(rank_cpu.ROOT.glob("harness-*")) if quota else True  # every rank removed its group
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["parallel.batch_split=12,x"], "parallel.batch_split must be comma-separated sample counts"),
+    (["parallel.batch_split=16,0"], "gives a rank no samples"),
+    (["parallel.batch_split=8,8", "parallel.pp=2"], "parallel.batch_split composes with plain data parallel"),
+    (["parallel.batch_split=12,3", "ranks=2"], "needs 2 entries (one per data-parallel rank) summing to batch_size 16"),
+    (["parallel.batch_split=12,4"], "parallel.batch_split=12,4 needs more than one rank"),
+])
+def test_bad_batch_split_is_one_line_exit_2(env, sets, fragment):
+    p = harness(env, "run", "lm", *[a for s in sets for a in ("--set", s)], "--no-ingest", timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert fragment in p.stderr

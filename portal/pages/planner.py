@@ -1,0 +1,53 @@
+"""Planner: the heterogeneous planner's plans (`harness plan`) and its measured checks
+(`make perf`, planner: planned and uniform splits on ranks made unequal by CPU quotas), each
+prediction beside what was measured."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from results import plan_report
+from results.paths import results_root
+
+st.title("Planner: unequal devices, predicted and measured")
+root = results_root()
+check = plan_report.newest_check(root)
+plans = plan_report.plan_files(root)
+if check is None and not plans:
+    st.info("No plans yet. Profile each device kind (`python -m harness profile lm --size small --cpus 0.5`), "
+            "describe them in an inventory (harness/inventories/), then `python -m harness plan --devices FILE "
+            "--size small --global-batch 12`; `make perf` (planner) checks plans on real unequal ranks.")
+    st.stop()
+st.caption("Utilization = throughput of the mixed job / the sum of the throughputs each device reaches training "
+           "alone on the same global batch (1.0: no device waits, nothing spent on communication or the bubble). "
+           "Error = predicted / measured step time - 1.")
+
+if check is not None:
+    st.subheader("Checked plans: measured on ranks made unequal")
+    frame = plan_report.checks_frame(check)
+    st.dataframe(frame, hide_index=True, width="stretch")
+    fig = go.Figure()
+    labels = [f"{p} {s}" for p, s in zip(frame["plan"], frame["split"])]
+    fig.add_bar(x=labels, y=frame["predicted step ms"].tolist(), name="predicted (simulator)")
+    fig.add_bar(x=labels, y=frame["measured step ms"].tolist(), name="measured (median step)")
+    fig.update_layout(barmode="group", yaxis_title="step time (ms)", height=380,
+                      title="step time per plan: the planned split and the uniform one")
+    st.plotly_chart(fig, width="stretch")
+    st.text("\n".join(plan_report.check_verdicts(check)))
+    st.caption(f"From {check['file']} ({check.get('workload')}, ranks held by cgroup CPU quotas; measured at "
+               f"{check.get('measured_at', 'see the file')}).")
+
+if plans:
+    st.subheader("Plans")
+    choice = st.selectbox("plan", [str(p) for p in plans], format_func=lambda p: p.rsplit("/", 1)[-1])
+    plan = plan_report._read(plans[[str(p) for p in plans].index(choice)])
+    if not plan:
+        st.warning(f"{choice} is not a readable plan.")
+        st.stop()
+    kind = "SIMULATION from estimates" if plan.get("estimate") else "from measured profiles and links"
+    st.markdown(f"**{plan['strategy']}**, {plan.get('workload')}/{plan.get('size')}, global batch "
+                f"{plan['global_batch']}, {len(plan['devices'])} devices: {kind}")
+    st.dataframe(plan_report.inventory_frame(plan), hide_index=True, width="stretch")
+    st.dataframe(plan_report.plan_summary(plan), hide_index=True, width="stretch")
+    st.dataframe(plan_report.plan_table(plan), hide_index=True, width="stretch")
+    st.caption(f"links: {plan['links']}")

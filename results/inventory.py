@@ -1,0 +1,151 @@
+"""The device inventory the heterogeneous planner reads (YAML), checked field by field.
+
+    devices:
+      - kind: full-core          # a name
+        count: 1                 # devices of this kind (>= 1)
+        memory_gb: 4             # memory per device
+        profile: results/profiles/profile-lm-small-cpus1.0-...   # measured (harness profile), or
+      - kind: H100
+        count: 500
+        memory_gb: 80
+        peak_tflops: 989         # vendor peak (dense bf16) ...
+        efficiency: 0.45         # ... times an assumed efficiency: an ESTIMATE, said so in every plan
+    links:                       # how long collectives and sends take between the devices
+      collectives: measured      # the newest collectives records under results/comm (busbw and
+      backend: gloo              #   latency by size: harness comm), or an estimate:
+      # busbw_gb_per_s: 25
+      # latency_us: 10
+    optimizer_sharded: false     # ZeRO-1 over the data-parallel replicas (model state 4 + 12/dp B/param)
+
+Any other field, a count or memory that is not positive, a profile that does not exist or an
+estimate without both numbers is a PlanError: one line, exit 2 at the CLI.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 1 << 20  # an inventory is a few lines; refuse anything that could be an alias bomb
+DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency")
+LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us")
+TOP_FIELDS = ("devices", "links", "optimizer_sharded")
+
+
+class PlanError(ValueError):
+    """Bad inventory or planner input: one line naming the problem (exit 2)."""
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    kind: str
+    count: int
+    memory_bytes: float
+    profile: Path | None = None      # a measured profile record's folder
+    peak_flop_s: float | None = None  # vendor peak x assumed efficiency (an estimate)
+    efficiency: float | None = None
+
+    @property
+    def estimated(self) -> bool:
+        return self.profile is None
+
+
+@dataclass(frozen=True)
+class Links:
+    measured: bool
+    backend: str = "gloo"
+    busbw_gb_per_s: float | None = None
+    latency_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    devices: tuple[DeviceKind, ...]
+    links: Links
+    optimizer_sharded: bool = False
+    source: str = ""
+
+    @property
+    def total(self) -> int:
+        return sum(d.count for d in self.devices)
+
+
+def _positive(where: str, name: str, value, integer: bool = False) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+    if integer:
+        ok = ok and isinstance(value, int)
+    if not ok:
+        raise PlanError(f"{where}: {name} must be a {'whole number' if integer else 'number'} > 0; got {value!r}")
+    return value
+
+
+def _unknown(where: str, d: dict, allowed: tuple[str, ...]) -> None:
+    extra = sorted(set(d) - set(allowed))
+    if extra:
+        raise PlanError(f"{where}: unknown field {extra[0]!r}; valid: {', '.join(allowed)}")
+
+
+def parse(d, source: str = "", base: Path | None = None) -> Inventory:
+    if not isinstance(d, dict):
+        raise PlanError(f"{source}: an inventory is a mapping with {', '.join(TOP_FIELDS)}")
+    _unknown(source, d, TOP_FIELDS)
+    raw = d.get("devices")
+    if not isinstance(raw, list) or not raw:
+        raise PlanError(f"{source}: devices must be a non-empty list of device kinds")
+    devices = []
+    for n, dev in enumerate(raw):
+        where = f"{source}: devices[{n}]"
+        if not isinstance(dev, dict):
+            raise PlanError(f"{where} must be a mapping with {', '.join(DEVICE_FIELDS)}")
+        _unknown(where, dev, DEVICE_FIELDS)
+        if not isinstance(dev.get("kind"), str) or not dev["kind"]:
+            raise PlanError(f"{where}: kind must be a name")
+        count = _positive(where, "count", dev.get("count"), integer=True)
+        mem = _positive(where, "memory_gb", dev.get("memory_gb")) * 1e9
+        if "profile" in dev:
+            if "peak_tflops" in dev or "efficiency" in dev:
+                raise PlanError(f"{where}: give a measured profile or a peak_tflops estimate, not both")
+            path = Path(str(dev["profile"]))
+            path = path if path.is_absolute() or base is None else base / path
+            if not (path / "summary.json").exists():
+                raise PlanError(f"{where}: profile {dev['profile']} is not a profile record (harness profile writes them)")
+            devices.append(DeviceKind(dev["kind"], count, mem, profile=path))
+        else:
+            peak = _positive(where, "peak_tflops", dev.get("peak_tflops"))
+            eff = _positive(where, "efficiency", dev.get("efficiency"))
+            if eff > 1:
+                raise PlanError(f"{where}: efficiency is a fraction of peak (0 < e <= 1); got {eff}")
+            devices.append(DeviceKind(dev["kind"], count, mem, peak_flop_s=peak * 1e12 * eff, efficiency=eff))
+    if len({dv.kind for dv in devices}) != len(devices):
+        raise PlanError(f"{source}: device kinds must be distinct")
+    links = d.get("links") or {"collectives": "measured"}
+    if not isinstance(links, dict):
+        raise PlanError(f"{source}: links must be a mapping with {', '.join(LINK_FIELDS)}")
+    _unknown(f"{source}: links", links, LINK_FIELDS)
+    if links.get("collectives") == "measured":
+        lk = Links(measured=True, backend=str(links.get("backend", "gloo")))
+    elif "collectives" in links:
+        raise PlanError(f"{source}: links.collectives must be 'measured' (or give busbw_gb_per_s and latency_us)")
+    else:
+        lk = Links(measured=False, busbw_gb_per_s=_positive(f"{source}: links", "busbw_gb_per_s", links.get("busbw_gb_per_s")),
+                   latency_us=_positive(f"{source}: links", "latency_us", links.get("latency_us")))
+    sharded = d.get("optimizer_sharded", False)
+    if not isinstance(sharded, bool):
+        raise PlanError(f"{source}: optimizer_sharded must be true or false; got {sharded!r}")
+    return Inventory(tuple(devices), lk, sharded, source)
+
+
+def load(path: Path) -> Inventory:
+    import yaml
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise PlanError(f"{path}: {path.stat().st_size} bytes; an inventory is at most {MAX_BYTES}")
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlanError(f"cannot read inventory {path}: {type(e).__name__}") from None
+    try:
+        if any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text)):
+            raise PlanError(f"{path}: YAML aliases are not accepted in an inventory")
+        d = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PlanError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return parse(d, str(path), base=Path.cwd())

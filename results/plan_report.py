@@ -1,0 +1,97 @@
+"""The planner's files as frames for the portal's Planner page: plans written by `harness plan`
+(results/plans/plan-*.json) and the measured checks of `make perf` (results/plans/check-*.json:
+planned and uniform splits run on ranks made unequal by CPU quotas). Pure Python + pandas."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+SUBDIR = "plans"
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def plan_files(results: Path) -> list[Path]:
+    """Plans, newest first."""
+    return sorted((results / SUBDIR).glob("plan-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def newest_check(results: Path) -> dict | None:
+    files = sorted((results / SUBDIR).glob("check-*.json"))
+    for f in reversed(files):
+        c = _read(f)
+        if c and c.get("checks"):
+            return {**c, "file": str(f)}
+    return None
+
+
+def checks_frame(check: dict) -> pd.DataFrame:
+    """One row per checked plan and split (planned, uniform): predicted and measured step time,
+    the simulator's error, utilization predicted and measured."""
+    rows = []
+    for c in check.get("checks", []):
+        for which in ("planned", "uniform"):
+            r = c[which]
+            rows.append({"plan": c["plan"], "split": which,
+                         "blocks or samples per rank": ",".join(map(str, c["split" if which == "planned" else "uniform_split"])),
+                         "cpus per rank": ",".join(f"{x:g}" for x in c["cpus_by_rank"][which]) if isinstance(
+                             c["cpus_by_rank"], dict) else ",".join(f"{x:g}" for x in c["cpus_by_rank"]),
+                         "predicted step ms": round(1000 * r["predicted_step_s"], 1),
+                         "measured step ms": round(1000 * r["measured_step_s"], 1),
+                         "error %": round(100 * r["error"], 1),
+                         "utilization predicted": r["utilization_predicted"],
+                         "utilization measured": r["utilization_measured"]})
+    return pd.DataFrame(rows)
+
+
+def check_verdicts(check: dict) -> list[str]:
+    """A sentence per checked plan: what the planned split bought, and how right the simulator was."""
+    out = []
+    for c in check.get("checks", []):
+        p, u = c["planned"], c["uniform"]
+        out.append(f"{c['plan']}: planned {c['split']} vs uniform {c['uniform_split']}: "
+                   f"{c['planned_over_uniform_throughput']:.2f}x the throughput; simulator error "
+                   f"{100 * p['error']:+.1f}% (planned), {100 * u['error']:+.1f}% (uniform); utilization "
+                   f"{p['utilization_measured']:.3f} measured, {p['utilization_predicted']:.3f} predicted")
+    return out
+
+
+def plan_table(plan: dict) -> pd.DataFrame:
+    """A plan's work per device: pipeline stages (blocks, time per microbatch, memory) or data-
+    parallel shares, the uniform split beside it."""
+    if plan.get("strategy") == "pp":
+        un = plan["uniform"]["stages"]
+        return pd.DataFrame([{"stage": i, "device": st["kind"], "blocks": st["blocks"],
+                              "fwd+bwd ms per microbatch": round(1000 * (st["fwd_s"] + st["bwd_s"]), 2),
+                              "memory GB": round(st["mem_bytes"] / 1e9, 2), "recompute": st["recompute"],
+                              "uniform: device": un[i]["kind"], "uniform: blocks": un[i]["blocks"],
+                              "uniform: fwd+bwd ms": round(1000 * (un[i]["fwd_s"] + un[i]["bwd_s"]), 2)}
+                             for i, st in enumerate(plan["stages"])])
+    pr, un = plan["predicted"], plan["uniform"]["predicted"]
+    return pd.DataFrame([{"rank": i, "device": k, "samples": b, "compute ms": round(1000 * pr["compute_s"][i], 1),
+                          "waits ms": round(1000 * pr["wait_s"][i], 1), "uniform: samples": plan["uniform"]["batch_split"][i],
+                          "uniform: waits ms": round(1000 * un["wait_s"][i], 1)}
+                         for i, (k, b) in enumerate(zip(plan["devices"], plan["batch_split"]))])
+
+
+def plan_summary(plan: dict) -> pd.DataFrame:
+    rows = []
+    for name, f in (("planned", plan["predicted"]), ("uniform", plan["uniform"]["predicted"])):
+        rows.append({"split": name, "predicted step ms": round(1000 * f["step_s"], 1),
+                     "samples/s": round(f["samples_per_s"], 2), "utilization": round(f["utilization"], 3),
+                     "fits memory": f.get("fits_memory", True)})
+    return pd.DataFrame(rows)
+
+
+def inventory_frame(plan: dict) -> pd.DataFrame:
+    kinds = {}
+    for k in plan["devices"]:
+        kinds[k] = kinds.get(k, 0) + 1
+    return pd.DataFrame([{"device": k, "count": n, "costs from": plan["sources"].get(k, "")} for k, n in kinds.items()])

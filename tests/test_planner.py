@@ -1,0 +1,258 @@
+"""The heterogeneous planner: the step simulator against the pipeline's closed forms, the data-
+and pipeline-parallel splits against the proportional rule, the inventory's bad input (one line,
+exit 2), the three-vendor what-if, and a measured profile feeding a plan."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from results import inventory, layer_costs, planner, step_sim
+from results.inventory import PlanError
+from results.links import LinkModel
+from results.pipeline import predicted_makespan, theory
+from tests.conftest import REPO, harness
+
+FREE = inventory.Links(measured=False, busbw_gb_per_s=1e9, latency_us=1e-9)  # links that cost ~nothing
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 4), (4, 8), (3, 5)])
+def test_equal_stages_reproduce_the_bubble_formula(schedule, p, m):
+    if schedule == "1f1b" and m < p:
+        pytest.skip("torch's 1F1B needs M >= P")
+    sim = step_sim.simulate(schedule, [step_sim.StageCost(1.0, 2.0)] * p, m)
+    assert sim["bubble"] == pytest.approx(theory(p, m))  # (p-1)/(m+p-1)
+    assert sim["pipeline_s"] == pytest.approx((m + p - 1) * 3.0)
+
+
+def test_unequal_stages_gpipe_closed_form_and_the_1f1b_bound():
+    costs = [step_sim.StageCost(1.0, 2.5), step_sim.StageCost(3.0, 4.0), step_sim.StageCost(0.5, 1.0)]
+    f, b, m = [c.fwd_s for c in costs], [c.bwd_s for c in costs], 6
+    gpipe = step_sim.simulate("gpipe", costs, m)["pipeline_s"]
+    assert gpipe == pytest.approx(sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b))
+    # 1F1B: the slowest stage (the middle one) never idles once fed, so the step is the first
+    # stage's first forward + m x its forward and backward + the first stage's last backward;
+    # the textbook sum(f+b) + (m-1) max(f+b) = 47 overestimates it
+    assert step_sim.simulate("1f1b", costs, m)["pipeline_s"] == pytest.approx(1.0 + m * 7.0 + 2.5)
+    times = {s: {"fwd_s": c.fwd_s, "bwd_s": c.bwd_s} for s, c in enumerate(costs)}
+    assert predicted_makespan("gpipe", m, times) == pytest.approx(gpipe)  # the Pipeline page predicts with it
+
+
+def test_1f1b_order_warms_up_then_alternates_and_sends_delay_the_step():
+    assert step_sim.order("1f1b", 0, 3, 4) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1),
+                                                  ("B", 2), ("B", 3)]
+    assert step_sim.order("1f1b", 2, 3, 4)[:2] == [("F", 0), ("B", 0)]  # the last stage: no warm-up
+    free = step_sim.simulate("1f1b", [step_sim.StageCost(1, 1)] * 2, 4)["step_s"]
+    sends = step_sim.simulate("1f1b", [step_sim.StageCost(1, 1, send_s=0.5)] * 2, 4)["step_s"]
+    reduce = step_sim.simulate("1f1b", [step_sim.StageCost(1, 1, reduce_s=0.7, optimizer_s=0.1)] * 2, 4)["step_s"]
+    assert sends > free and reduce == pytest.approx(free + 0.8)
+
+
+def _linear(name: str, per_sample_s: float, n_blocks: int = 8, memory_per_sample: float = 1e6) -> layer_costs.Costs:
+    """Costs linear in the batch: a block takes per_sample_s per sample (fwd 1/3, bwd 2/3)."""
+    pts = {k: {"fwd": [(1, per_sample_s * w / 3), (8, 8 * per_sample_s * w / 3)],
+               "bwd": [(1, 2 * per_sample_s * w / 3), (8, 16 * per_sample_s * w / 3)]}
+           for k, w in (("embedding", 0.1), ("block", 1.0), ("head", 0.5))}
+    return layer_costs.Costs(name=name, params={"embedding": 1000, "block": 1000, "head": 10}, n_blocks=n_blocks,
+                             boundary_bytes_per_sample=1000, state_bytes_per_param=16, grad_bytes_per_param=4,
+                             optimizer_s_per_param=0.0, times=pts,
+                             saved_per_sample={"embedding": 0, "block": memory_per_sample, "head": 0},
+                             recompute_per_sample=1000)
+
+
+def _inv(*devices) -> inventory.Inventory:
+    return inventory.Inventory(tuple(inventory.DeviceKind(k, n, mem) for k, n, mem in devices), FREE)
+
+
+@pytest.mark.parametrize("ratio", [2, 4])
+def test_data_parallel_split_is_proportional_to_speed_and_beats_uniform(ratio, tmp_path):
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.01 * ratio)}
+    inv = _inv(("fast", 1, 1e12), ("slow", 1, 1e12))
+    p = planner.plan(inv, costs, LinkModel(FREE, tmp_path), 60, "dp")
+    fast, slow = p["batch_split"]
+    assert fast + slow == 60 and fast == pytest.approx(ratio * slow, abs=1)  # k x faster takes k x the batch
+    assert p["uniform"]["batch_split"] == [30, 30]
+    assert p["predicted"]["step_s"] < p["uniform"]["predicted"]["step_s"]
+    # with free links and no waiting the mixed job reaches the sum of what each device does alone
+    assert p["predicted"]["utilization"] == pytest.approx(1.0, abs=0.02)
+    assert p["uniform"]["predicted"]["utilization"] < 0.9
+
+
+def test_pipeline_split_gives_the_faster_device_more_blocks_and_respects_memory(tmp_path):
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
+    links = LinkModel(FREE, tmp_path)
+    p = planner.plan(_inv(("fast", 1, 1e12), ("slow", 1, 1e12)), costs, links, 8, "pp")
+    by_kind = dict(zip(p["stage_order"], p["pp_split"]))
+    assert sum(p["pp_split"]) == 8 and by_kind["fast"] == 6 and by_kind["slow"] == 2  # 3x faster: 3x the blocks
+    assert p["predicted"]["step_s"] < p["uniform"]["predicted"]["step_s"]
+    # the fast device holds 3 blocks' activations of one microbatch: it recomputes, or takes fewer
+    tight = planner.plan(_inv(("fast", 1, 3.2e6), ("slow", 1, 1e12)), costs, links, 8, "pp")
+    assert all(st["mem_bytes"] <= (3.2e6 if st["kind"] == "fast" else 1e12) for st in tight["stages"])
+    assert any(st["recompute"] for st in tight["stages"]) or dict(zip(tight["stage_order"], tight["pp_split"]))["fast"] < 6
+    with pytest.raises(PlanError, match="too small for any stage"):
+        planner.plan(_inv(("fast", 1, 1000), ("slow", 1, 1e12)), costs, links, 8, "pp")
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("devices: [{kind: a, count: 1, memory_gb: 8, peak_tflops: 10, efficiency: 0.5, colour: red}]",
+     "unknown field 'colour'"),
+    ("devices: [{kind: a, count: 0, memory_gb: 8, peak_tflops: 10, efficiency: 0.5}]", "count must be a whole number > 0"),
+    ("devices: [{kind: a, count: -3, memory_gb: 8, peak_tflops: 10, efficiency: 0.5}]", "count must be a whole number > 0"),
+    ("devices: [{kind: a, count: 2, memory_gb: -8, peak_tflops: 10, efficiency: 0.5}]", "memory_gb must be a number > 0"),
+    ("devices: [{kind: a, count: 2, memory_gb: 8, peak_tflops: 10}]", "efficiency must be a number > 0"),
+    ("devices: [{kind: a, count: 2, memory_gb: 0.001, peak_tflops: 10, efficiency: 0.5}]\n"
+     "links: {busbw_gb_per_s: 10, latency_us: 5}", "too small for any stage"),
+    ("devices: [{kind: a, count: 64, memory_gb: 80, peak_tflops: 10, efficiency: 0.5}]\n"
+     "links: {busbw_gb_per_s: 10, latency_us: 5}", "global batch 16 is smaller than the 64 data-parallel ranks"),
+    ("a: &x [1]\nb: *x\n", "aliases are not accepted"),
+    ("links: {busbw_gb_per_s: 10, latency_us: 5}\ndevices: [{kind: a, count: 1, memory_gb: 8, profile: nowhere}]",
+     "is not a profile record"),
+])
+def test_bad_inventory_is_one_line_exit_2(text, fragment, env, tmp_path):
+    f = tmp_path / "inv.yaml"
+    f.write_text(text)
+    size = "llama2-70b" if "0.001" in text else "tiny"
+    strategy = "dp" if "count: 64" in text else "auto"
+    p = harness(env, "plan", "--devices", str(f), "--size", size, "--global-batch", "16", "--strategy", strategy,
+                timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert fragment in p.stderr
+
+
+def test_three_vendor_what_if_is_planned_in_seconds_and_labelled_a_simulation(env):
+    p = harness(env, "plan", "--devices", "harness/inventories/three-vendor.yaml", "--size", "llama2-70b",
+                "--global-batch", "6400", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "SIMULATION" in p.stdout and "ESTIMATE" in p.stdout and "H100: llama2-70b at 388 TFLOP/s" in p.stdout
+    plan = json.loads(Path(p.stdout.split("plan: ")[-1].strip()).read_text())
+    assert plan["strategy"] == "pp" and plan["replicas"] == 100 and len(plan["stage_order"]) == 16  # 5 + 4 + 7
+    assert sum(plan["pp_split"]) == 80 and plan["estimate"]
+    per_block = {st["kind"]: (st["fwd_s"] + st["bwd_s"]) / st["blocks"] for st in plan["stages"] if 0 < plan["stages"].index(st) < 15}
+    assert per_block["H100"] < per_block["MI250X"] < per_block["Ascend-910B"]  # by peak: 969 > 383 > 256
+    blocks = {k: max(st["blocks"] for st in plan["stages"] if st["kind"] == k) for k in per_block}
+    assert blocks["H100"] > blocks["MI250X"] > blocks["Ascend-910B"]
+    assert all(st["mem_bytes"] <= {"H100": 80e9, "Ascend-910B": 64e9, "MI250X": 128e9}[st["kind"]] for st in plan["stages"])
+    assert any(st["recompute"] for st in plan["uniform"]["stages"])  # 5 blocks on an Ascend only fit recomputed
+    assert plan["predicted"]["step_s"] < plan["uniform"]["predicted"]["step_s"]
+
+
+def test_llama2_70b_shape_has_its_published_parameter_count():
+    shape = layer_costs.SHAPES["llama2-70b"]
+    p = shape.params()
+    total = p["embedding"] + shape.n_layer * p["block"] + p["head"]
+    assert total == pytest.approx(68.98e9, rel=0.002)
+
+
+@pytest.fixture(scope="module")
+def tiny_profile(tmp_path_factory):
+    import os
+    results = tmp_path_factory.mktemp("profile")
+    env = {**os.environ, "HARNESS_RESULTS": str(results), "PYTHONPATH": str(REPO)}
+    p = harness(env, "profile", "lm", "--size", "tiny", "--microbatches", "1,4", "--repeats", "2", "--threads", "1")
+    assert p.returncode == 0, p.stderr
+    (d,) = (results / "profiles").glob("profile-lm-tiny-*")
+    return results, d
+
+
+def test_profile_measures_every_layer_kind_and_counts_the_model_once(tiny_profile):
+    from harness import registry
+    _, d = tiny_profile
+    s = json.loads((d / "summary.json").read_text())
+    assert json.loads((d / "status.json").read_text())["status"] == "finished"
+    wl = registry.get("lm")
+    model = wl.build_model(wl.sizes["tiny"])
+    block = sum(x.numel() for x in model.h[0].parameters())
+    assert s["params"]["block"] == block
+    assert s["params"]["embedding"] + s["n_blocks"] * block + s["params"]["head"] == sum(x.numel() for x in model.parameters())
+    for kind in ("embedding", "block", "head"):
+        rows = s["layers"][kind]
+        assert [r["microbatch"] for r in rows] == [1, 4] and all(r["fwd_s"] > 0 and r["bwd_s"] > 0 for r in rows)
+        assert rows[1]["saved_bytes"] > rows[0]["saved_bytes"] > 0  # activations grow with the microbatch
+    assert s["layers"]["block"][0]["out_bytes"] == s["boundary_bytes_per_sample"]  # what a stage boundary sends
+
+
+def test_plan_from_measured_profiles_writes_a_cell_that_names_the_split(tiny_profile, tmp_path):
+    import os
+    results, d = tiny_profile
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"devices:\n  - {{kind: a, count: 1, memory_gb: 4, profile: {d}}}\n"
+                   f"  - {{kind: b, count: 1, memory_gb: 4, profile: {d}}}\n"
+                   "links: {busbw_gb_per_s: 1, latency_us: 100}\n")
+    env = {**os.environ, "HARNESS_RESULTS": str(results), "PYTHONPATH": str(REPO)}
+    cell = tmp_path / "cell.yaml"
+    p = harness(env, "plan", "--devices", str(inv), "--size", "tiny", "--global-batch", "16", "--strategy", "dp",
+                "--cell", str(cell))
+    assert p.returncode == 0, p.stderr
+    assert "batch split  8,8" in p.stdout  # the same profile twice: equal devices, equal shares
+    assert 'batch_split: "8,8"' in cell.read_text() and "ranks: [2]" in cell.read_text()
+    p = harness(env, "plan", "--devices", str(inv), "--size", "small", "--global-batch", "16")
+    assert p.returncode == 2 and "its profile is of lm/tiny, not lm/small" in p.stderr
+
+
+def test_written_cell_is_a_sweep_file_the_harness_runs(tmp_path):
+    from harness import sweep
+    plan = {"strategy": "pp", "devices": ["a", "b"], "stage_order": ["b", "a"], "pp_split": [4, 2],
+            "schedule": "1f1b", "microbatches": 4}
+    from harness.plan_cmd import _cell
+    f = tmp_path / "cell.yaml"
+    f.write_text(_cell(plan, "lm", "small", 8))
+    (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if c["label"] != "baseline"]
+    par = cell["config"]["parallel"]
+    assert (par["pp"], par["pp_split"], par["microbatches"], cell["config"]["ranks"]) == (2, "4,2", 4, 2)
+    assert "rank 0: b, rank 1: a" in f.read_text()
+
+
+def test_rank_cpu_quota_throttles_for_real_and_removes_its_group():
+    import subprocess
+    import sys
+
+    from harness import rank_cpu
+    reason = rank_cpu.unavailable()
+    if reason:
+        pytest.skip(reason)
+    code = ("import json, resource, time\nfrom harness import rank_cpu\nq = rank_cpu.Quota(0.2)\n"
+            "t0 = time.time(); c0 = time.process_time()\nwhile time.time() - t0 < 0.6: pass\n"
+            "print(json.dumps({**q.throttled(), 'cpu_share': (time.process_time() - c0) / (time.time() - t0), "
+            "'group': str(q.group)}))\nq.release()\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["nr_throttled"] > 0 and out["cpu_share"] < 0.5  # a busy loop held to ~0.2 of a CPU
+    assert not Path(out["group"]).exists()
+
+
+def test_bad_rank_cpu_is_one_line_exit_2(env):
+    p = harness({**env, "HARNESS_RANK_CPU": "fast"}, "run", "lm", "--no-ingest", timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert "HARNESS_RANK_CPU must be CPUs per rank" in p.stderr
+
+
+@pytest.mark.slow
+def test_ranks_profile_together_each_held_to_its_share(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from harness import rank_cpu
+    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path), "PYTHONPATH": str(REPO)}
+    held = rank_cpu.unavailable() is None
+    if held:
+        env[rank_cpu.ENV] = "1,0.5"
+    p = subprocess.run([str(Path(sys.executable).parent / "mpiexec"), "-n", "2", sys.executable, "-m", "harness",
+                        "profile", "lm", "--size", "tiny", "--microbatches", "1,2", "--repeats", "1", "--threads", "1",
+                        "--cell-s", "0.2"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    recs = sorted((tmp_path / "profiles").glob("profile-lm-tiny-*"))
+    assert len(recs) == 2
+    ranks = set()
+    for r in recs:
+        s = json.loads((r / "summary.json").read_text())
+        rank = s["profiled_with"]["rank"]
+        ranks.add(rank)
+        assert s["profiled_with"]["ranks"] == 2 and f"-r{rank}-" in r.name
+        assert s["constraint"]["cpus"] == ([1.0, 0.5][rank] if held else None)
+        # each measurement lasted at least cell_s: more passes than the repeats asked for
+        assert len(s["layers"]["embedding"][0]["fwd_samples_s"]) > 1
+    assert ranks == {0, 1}

@@ -1,0 +1,71 @@
+"""The Planner page: a real plan (`harness plan` on the three-vendor what-if) and a check file
+of the shape `make perf` writes, shown as results/plan_report computes them, in AppTest and in
+Chromium."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from results import plan_report
+from tests.conftest import harness
+from tests.test_portal_parallel import _app_page
+
+CHECK = {"workload": "lm/small", "measured_at": "2026-11-30T23:59:00Z", "checks": [
+    {"plan": "dp 2x", "split": [8, 4], "uniform_split": [6, 6], "cpus_by_rank": [1.0, 0.5],
+     "planned": {"predicted_step_s": 2.5, "measured_step_s": 2.6, "error": 2.5 / 2.6 - 1, "utilization_predicted": 0.97,
+                 "utilization_measured": 0.95},
+     "uniform": {"predicted_step_s": 3.6, "measured_step_s": 3.5, "error": 3.6 / 3.5 - 1, "utilization_predicted": 0.66,
+                 "utilization_measured": 0.7},
+     "planned_over_uniform_throughput": 3.5 / 2.6}]}
+
+
+@pytest.fixture(scope="module")
+def planner_store(tmp_path_factory):
+    import os
+    root = tmp_path_factory.mktemp("planner") / "results"
+    env = {**os.environ, "HARNESS_RESULTS": str(root)}
+    p = harness(env, "plan", "--devices", "harness/inventories/three-vendor.yaml", "--size", "llama2-70b",
+                "--global-batch", "6400", timeout=120)
+    assert p.returncode == 0, p.stderr
+    (root / "plans" / "check-20261130T235900.json").write_text(json.dumps(CHECK))
+    return root
+
+
+def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
+    at = _app_page(monkeypatch, planner_store, "pages/planner.py")
+    check = plan_report.newest_check(planner_store)
+    shown = at.dataframe[0].value
+    want = plan_report.checks_frame(check)
+    assert shown.to_dict("records") == want.to_dict("records")
+    assert list(shown["error %"]) == [round(100 * (2.5 / 2.6 - 1), 1), round(100 * (3.6 / 3.5 - 1), 1)]
+    assert at.text[0].value.splitlines() == plan_report.check_verdicts(check)
+    assert "dp 2x: planned [8, 4] vs uniform [6, 6]: 1.35x the throughput" in at.text[0].value
+    plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
+    assert "SIMULATION from estimates" in at.markdown[0].value and "llama2-70b" in at.markdown[0].value
+    stages = at.dataframe[3].value
+    assert list(stages["blocks"]) == plan["pp_split"] and list(stages["device"]) == plan["stage_order"]
+    summary = at.dataframe[2].value.set_index("split")
+    assert summary.loc["planned", "predicted step ms"] == round(1000 * plan["predicted"]["step_s"], 1)
+    assert summary.loc["uniform", "predicted step ms"] == round(1000 * plan["uniform"]["predicted"]["step_s"], 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(shutil.which("chromium") or "/usr/bin/chromium").exists(),
+                    reason="Debian chromium not installed (make system-deps)")
+def test_planner_page_in_chromium(planner_store):
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
+    from tests.test_portal_parallel import _visit
+    with serve(planner_store) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        body, legend = _visit(browser, url, "planner", "planner")
+        assert "Planner: unequal devices, predicted and measured" in body
+        for line in plan_report.check_verdicts(plan_report.newest_check(planner_store)):
+            assert line in body, line
+        assert "predicted (simulator)" in legend and "measured (median step)" in legend
+        assert "SIMULATION from estimates" in body and "ESTIMATE: 25 GB/s busbw" in body
+        browser.close()
