@@ -84,8 +84,7 @@ def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0) 
             "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes}
 
 
-def _optimizer_s_per_param(model, size, repeats: int) -> float:
-    wl = registry.get("lm")
+def _optimizer_s_per_param(wl, model, size, repeats: int) -> float:
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     opt, _ = wl.build_optimizer(model, size, size.batch_size, 100)
@@ -130,7 +129,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
             "d_model": size.d_model, "microbatches": microbatches, "repeats": repeats,
             "params": params, "tied_params": model.lm_head.weight.numel(), "state_bytes_per_param": STATE_BYTES_PER_PARAM,
             "boundary_bytes_per_sample": size.seq_len * size.d_model * 4,  # fp32 residual stream
-            "optimizer_s_per_param": _optimizer_s_per_param(model, size, repeats),
+            "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats),
             "threads": torch.get_num_threads(), "layers": layers}
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -79,7 +80,7 @@ def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus:
     rows = {}
     for which, pred in (("planned", plan["predicted"]), ("uniform", plan["uniform"]["predicted"])):
         runs = measured[which]
-        step = sorted(r["median_step_s"] for r in runs)[len(runs) // 2]
+        step = statistics.median(r["median_step_s"] for r in runs)
         rows[which] = {"predicted_step_s": round(pred["step_s"], 4), "measured_step_s": round(step, 4),
                        "measured_steps_s": [round(r["median_step_s"], 4) for r in runs],
                        "error": round(pred["step_s"] / step - 1, 4),

@@ -10,7 +10,9 @@ printout then says SIMULATION and names every estimate.
 from __future__ import annotations
 
 import json
+import math
 import time
+from functools import reduce
 from pathlib import Path
 
 from harness.errors import UsageError
@@ -35,8 +37,9 @@ def _shape(workload: str, size: str) -> layer_costs.Shape:
 
 
 def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, layer_costs.Costs]:
+    # ZeRO-1 over the data-parallel replicas, which a pipeline plan makes gcd(counts) of
+    replicas = reduce(math.gcd, (d.count for d in inv.devices)) if inv.optimizer_sharded else 0
     out = {}
-    replicas = 0
     for d in inv.devices:
         if d.profile is not None:
             c = layer_costs.from_profile(d.kind, d.profile)
@@ -45,10 +48,6 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
                 raise UsageError(f"device {d.kind}: its profile is of {summary['workload']}/{summary['size']}, "
                                  f"not {workload}/{size}")
         else:
-            if inv.optimizer_sharded and not replicas:
-                import math
-                from functools import reduce
-                replicas = reduce(math.gcd, (x.count for x in inv.devices))
             c = layer_costs.from_shape(d.kind, _shape(workload, size), d.peak_flop_s, replicas)
         out[d.kind] = c
     return out

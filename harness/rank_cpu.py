@@ -48,11 +48,24 @@ def unavailable(root: Path = ROOT) -> str | None:
     return None
 
 
+def _own_group(root: Path) -> Path:
+    """This process's group in the v1 cpu hierarchy (from /proc/self/cgroup), else the root."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpu" in controllers.split(",") and (root / path.lstrip("/")).is_dir():
+                return root / path.lstrip("/")
+    except (OSError, ValueError):
+        pass
+    return root
+
+
 class Quota:
     """This process held to `cpus` CPUs in a group of its own, until release()."""
 
     def __init__(self, cpus: float, root: Path = ROOT):
         self.cpus, self.root = cpus, root
+        self.home = _own_group(root)  # where the process was: it goes back there on release
         self.group = root / f"harness-{os.getpid()}"
         self.group.mkdir(exist_ok=True)
         (self.group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
@@ -71,7 +84,7 @@ class Quota:
 
     def release(self) -> None:
         try:
-            (self.root / "cgroup.procs").write_text(str(os.getpid()))
+            (self.home / "cgroup.procs").write_text(str(os.getpid()))
             self.group.rmdir()
         except OSError:
             pass  # already gone; a leftover empty group costs nothing and names its pid

@@ -11,7 +11,7 @@ import pandas as pd
 SUBDIR = "plans"
 
 
-def _read(path: Path) -> dict | None:
+def read_plan(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -26,7 +26,7 @@ def plan_files(results: Path) -> list[Path]:
 def newest_check(results: Path) -> dict | None:
     files = sorted((results / SUBDIR).glob("check-*.json"))
     for f in reversed(files):
-        c = _read(f)
+        c = read_plan(f)
         if c and c.get("checks"):
             return {**c, "file": str(f)}
     return None

@@ -40,7 +40,7 @@ if check is not None:
 if plans:
     st.subheader("Plans")
     choice = st.selectbox("plan", [str(p) for p in plans], format_func=lambda p: p.rsplit("/", 1)[-1])
-    plan = plan_report._read(plans[[str(p) for p in plans].index(choice)])
+    plan = plan_report.read_plan(plans[[str(p) for p in plans].index(choice)])
     if not plan:
         st.warning(f"{choice} is not a readable plan.")
         st.stop()
