@@ -21,6 +21,10 @@ FROZEN = {
     # the collectives benchmark is not a RunConfig run: its flags are nccl-tests' own (-b -e -f -n -w -c)
     "comm": ["--backends", "--check", "--collectives", "--dtypes", "--iters", "--maxbytes", "--minbytes", "--no-ingest",
              "--stepfactor", "--warmup-iters"],
+    # the planner's two commands are not RunConfig runs either: a profile of this device, and a plan
+    # from an inventory file (the issue names these flags)
+    "profile": ["--cell-s", "--cpus", "--microbatches", "--repeats", "--size", "--threads", "workload"],
+    "plan": ["--cell", "--devices", "--global-batch", "--schedule", "--size", "--strategy", "--workload"],
 }
 
 
