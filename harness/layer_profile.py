@@ -23,7 +23,6 @@ env.json, summary.json with the figures, status.json last).
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 from harness import envinfo, rank_cpu, registry
-from harness.errors import BadInput, UsageError
+from harness.errors import BadInput, Unsupported, UsageError
 from harness.record import unique_stamp
 from harness.timing import now
 from results import schema
@@ -153,16 +152,17 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
         import torch.distributed as td
         dist_mod.init(info, "cpu")
         barrier = td.barrier
-        if cpus is None and rank_cpu.ENV in os.environ:
-            try:
-                cpus = rank_cpu.parse(os.environ[rank_cpu.ENV], info.world)[info.rank]
-            except BadInput as e:
-                raise UsageError(str(e)) from None
     if cpus is not None:
         reason = rank_cpu.unavailable()
         if reason:
             raise UsageError(f"profile --cpus {cpus}: {reason}")
         quota = rank_cpu.Quota(cpus)
+    else:  # HARNESS_RANK_CPU: this rank's share, as a training run applies it
+        try:
+            quota = rank_cpu.apply(info.rank, info.world)
+        except (BadInput, Unsupported) as e:
+            raise UsageError(str(e)) from None
+        cpus = quota.cpus if quota else None
     torch.set_num_threads(threads)
     rank = f"-r{info.rank}" if info.world > 1 else ""
     run_id = f"profile-{workload}-{size_name}-cpus{cpus or 'all'}{rank}-{unique_stamp()}"

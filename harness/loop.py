@@ -230,9 +230,11 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
         from results import pipeline as pipe_results
         rec.info["pipeline"] = pipeline.report(ts, dist, first_steady=cfg.warmup_steps)
         rec.info.update(pipe_results.summary_figures(rec.info["pipeline"]))
+    dp_rank, dp_world = data_shard(cfg, dist)
+    shares = _shares(cfg, dp_world)
     if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
-                                  ACCOUNT_STEPS, *data_shard(cfg, dist), _shares(cfg, data_shard(cfg, dist)[1]))
+                                  ACCOUNT_STEPS, dp_rank, dp_world, shares)
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
             acc = comm_accounting.account(ts, [next(loader) for _ in plan], dist.world)
@@ -242,7 +244,7 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
             loader.close()
     if cfg.profile_steps:
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
-                                  cfg.profile_steps, *data_shard(cfg, dist), _shares(cfg, data_shard(cfg, dist)[1]))
+                                  cfg.profile_steps, dp_rank, dp_world, shares)
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
         try:
             rec.info["breakdown"] = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness import rank_cpu, registry
 from harness.comm_bench import load_now
-from results import schema
+from results import plan_report, schema
 from results.paths import REPO_ROOT, results_root
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
@@ -148,7 +148,7 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
         "dp_utilization_at_least_0.95": all(c["planned"]["utilization_measured"] >= 0.95
                                             for c in out["checks"] if c["plan"].startswith("dp")),
         "prediction_within_5pct": all(abs(c[w]["error"]) <= 0.05 for c in out["checks"] for w in ("planned", "uniform"))}
-    d = results_root() / "plans"
+    d = results_root() / plan_report.SUBDIR
     d.mkdir(parents=True, exist_ok=True)
     (d / f"check-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(out, indent=1))
     return out

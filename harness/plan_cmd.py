@@ -18,11 +18,8 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.record import unique_stamp
 from results import inventory as inv_mod
-from results import layer_costs, planner
+from results import layer_costs, plan_report, planner
 from results.links import LinkModel
-
-SUBDIR = "plans"
-
 
 def _shape(workload: str, size: str) -> layer_costs.Shape:
     if size in layer_costs.SHAPES:
@@ -43,10 +40,8 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
     for d in inv.devices:
         if d.profile is not None:
             c = layer_costs.from_profile(d.kind, d.profile)
-            summary = json.loads((d.profile / "summary.json").read_text())
-            if (summary["workload"], summary["size"]) != (workload, size):
-                raise UsageError(f"device {d.kind}: its profile is of {summary['workload']}/{summary['size']}, "
-                                 f"not {workload}/{size}")
+            if c.model != f"{workload}/{size}":
+                raise UsageError(f"device {d.kind}: its profile is of {c.model}, not {workload}/{size}")
         else:
             c = layer_costs.from_shape(d.kind, _shape(workload, size), d.peak_flop_s, replicas)
         out[d.kind] = c
@@ -112,7 +107,7 @@ def main(devices: str, workload: str, size: str, batch: int, strategy: str, sche
     for line in _lines(p):
         print(line)
     print(f"  planned in {p['plan_s']:.2f} s")
-    d = results / SUBDIR
+    d = results / plan_report.SUBDIR
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"plan-{workload}-{size}-{p['strategy']}-{unique_stamp()}.json"
     path.write_text(json.dumps(p, indent=1, default=str))

@@ -93,7 +93,8 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             traceback.print_exc(file=sys.stderr)
         finally:
             if quota:
-                rec.info["rank_cpu"]["rank0_throttled"] = quota.throttled() if dist.is_main else None
+                if dist.is_main:
+                    rec.info["rank_cpu"]["rank0_throttled"] = quota.throttled()
                 quota.release()
             rec.finish(status, reason)
             dist_mod.shutdown()

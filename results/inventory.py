@@ -44,10 +44,6 @@ class DeviceKind:
     peak_flop_s: float | None = None  # vendor peak x assumed efficiency (an estimate)
     efficiency: float | None = None
 
-    @property
-    def estimated(self) -> bool:
-        return self.profile is None
-
 
 @dataclass(frozen=True)
 class Links:
@@ -63,10 +59,6 @@ class Inventory:
     links: Links
     optimizer_sharded: bool = False
     source: str = ""
-
-    @property
-    def total(self) -> int:
-        return sum(d.count for d in self.devices)
 
 
 def _positive(where: str, name: str, value, integer: bool = False) -> float:

@@ -22,9 +22,6 @@ from pathlib import Path
 
 from results import schema
 
-KINDS = ("embedding", "block", "head")
-
-
 @dataclass(frozen=True)
 class Shape:
     """A what-if model: a decoder-only transformer (Llama's shape: SwiGLU MLP, grouped KV heads)."""
@@ -66,7 +63,7 @@ class Costs:
                  times: dict[str, dict[str, list[tuple[int, float]]]] | None = None,
                  saved_per_sample: dict[str, float] | None = None, recompute_per_sample: float = 0.0,
                  flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
-                 measured: bool = True, source: str = "", tied_params: int = 0):
+                 measured: bool = True, source: str = "", tied_params: int = 0, model: str = ""):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -75,6 +72,7 @@ class Costs:
         self.recompute_per_sample = recompute_per_sample  # bytes a recomputed layer keeps (its input)
         self.measured, self.source = measured, source
         self.tied_params = tied_params  # a weight shared by the first and last stage (LM: embedding = head)
+        self.model = model  # "workload/size" a profile measured ("" for a what-if shape)
 
     def fwd(self, kind: str, b: float) -> float:
         if self._times is not None:
@@ -110,6 +108,7 @@ def from_profile(name: str, record: Path) -> Costs:
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
                  optimizer_s_per_param=s["optimizer_s_per_param"], times=times, saved_per_sample=saved,
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
+                 model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''})")
 

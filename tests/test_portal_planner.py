@@ -68,4 +68,8 @@ def test_planner_page_in_chromium(planner_store):
             assert line in body, line
         assert "predicted (simulator)" in legend and "measured (median step)" in legend
         assert "SIMULATION from estimates" in body and "ESTIMATE: 25 GB/s busbw" in body
+        # the numbers as text (the tables are a canvas grid): the verdicts above carry the check's,
+        # the plan's heading its batch and devices
+        assert "pp, lm/llama2-70b, global batch 6400, 1600 devices" in body
+        assert "1.35x the throughput; simulator error -3.8% (planned), +2.9% (uniform); utilization 0.950 measured" in body
         browser.close()

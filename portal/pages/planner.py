@@ -3,6 +3,8 @@
 prediction beside what was measured."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -40,7 +42,7 @@ if check is not None:
 if plans:
     st.subheader("Plans")
     choice = st.selectbox("plan", [str(p) for p in plans], format_func=lambda p: p.rsplit("/", 1)[-1])
-    plan = plan_report.read_plan(plans[[str(p) for p in plans].index(choice)])
+    plan = plan_report.read_plan(Path(choice))
     if not plan:
         st.warning(f"{choice} is not a readable plan.")
         st.stop()
