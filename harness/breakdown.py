@@ -31,6 +31,11 @@ _COMPUTE = re.compile(r"(^|::|_)(mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|conv
                       r"mkldnn_convolution\w*|cudnn_convolution\w*|scaled_dot_product\w*|\w*flash_attention\w*|"
                       r"\w*efficient_attention\w*|gemm\w*|\w*sgemm\w*)$|gemm|cutlass|xmma|wgrad|dgrad|fprop",
                       re.I)
+# torch.compile's generated kernels (harness/optimize.py turns on their profiler ranges): inductor
+# fuses pointwise ops, reductions and normalisations into them, while matmuls and convolutions stay
+# library calls (aten::mm, mkldnn/cuDNN convolution) - so a fused kernel is memory-bound work, even
+# when its name lists the convolution_backward whose bias-gradient sum it absorbed.
+_FUSED = re.compile(r"cpp_fused_|triton_(poi|red|per)_|fused_", re.I)
 _MEMORY = re.compile(r"norm|softmax|copy|contiguous|clone|cat|stack|reorder|transpose|permute|to_dense|"
                      r"relu|gelu|silu|sigmoid|tanh|elu|leaky|dropout|add|sub|mul|div|exp|log|pow|sqrt|rsqrt|"
                      r"where|fill|zero|clamp|max_pool|avg_pool|pool|mean|sum|embedding|index|gather|scatter|"
@@ -41,6 +46,8 @@ def classify(name: str) -> str:
     """communication | compute_bound | memory_bound | other, from an aten op or kernel name."""
     if _COMM.search(name):
         return "communication"
+    if _FUSED.search(name):
+        return "memory_bound"
     if _COMPUTE.search(name):
         return "compute_bound"
     if _MEMORY.search(name):
@@ -57,34 +64,58 @@ def _under(evt, prefix: str) -> bool:
     return False
 
 
-def shares(prof, wall_s: float, device: str, top: int = 8) -> dict:
-    """Split `wall_s` of profiled steps into CLASSES (fractions summing to 1) plus the top ops."""
+def _is_op(name: str) -> bool:
+    return name.startswith("aten::") or bool(_FUSED.search(name))
+
+
+def _ancestry(evt) -> tuple[str, ...]:
+    """The event's name and its parents' names, innermost first."""
+    names, p = [evt.name], evt.cpu_parent
+    while p is not None:
+        names.append(p.name)
+        p = p.cpu_parent
+    return tuple(names)
+
+
+def shares(prof, wall_s: float, device: str, steps: int = 1, top: int = 8) -> tuple[dict, dict]:
+    """Split `wall_s` of profiled steps into CLASSES (fractions summing to 1) plus the top ops and
+    the ops run per step; and the self seconds per ancestry (event name and its parents'), which
+    harness/op_roofline.py joins with the op counts."""
     use_device = device == "cuda"
     secs = dict.fromkeys(CLASSES, 0.0)
     per_op: dict[str, float] = {}
+    chains: dict[tuple[str, ...], float] = {}
+    ops = fused = 0
     for evt in prof.events():
         if evt.name == DATA_RANGE:
             secs["data_wait"] += evt.cpu_time_total / 1e6  # wall time of the range, in s
             continue
-        if _under(evt, DATA_RANGE):
+        chain = _ancestry(evt)
+        if DATA_RANGE in chain:
             continue  # loader work is inside data_wait already
+        if _is_op(evt.name) and not any(_is_op(n) for n in chain[1:]):
+            ops += 1  # a top-level op or generated kernel: one the step dispatched, not a sub-call
+            fused += bool(_FUSED.search(evt.name))
         t = (evt.self_device_time_total if use_device else evt.self_cpu_time_total) / 1e6
         if t <= 0 or evt.name.startswith(("ProfilerStep", "Optimizer.step", "Optimizer.zero_grad")) and not use_device:
             continue
         cls = "optimizer" if evt.name.startswith("Optimizer.") or _under(evt, "Optimizer.step") else classify(evt.name)
         secs[cls] += t
         per_op[evt.name] = per_op.get(evt.name, 0.0) + t
+        chains[chain] = chains.get(chain, 0.0) + t
     busy = sum(secs.values())
     secs["other"] += max(0.0, wall_s - busy)  # framework overhead, Python, idle
     total = sum(secs.values()) or 1.0
     ranked = sorted(per_op.items(), key=lambda kv: -kv[1])[:top]
-    return {"shares": {k: v / total for k, v in secs.items()}, "profiled_s": wall_s,
+    return {"shares": {k: v / total for k, v in secs.items()}, "profiled_s": wall_s, "steps": steps,
+            "ops_per_step": ops / steps, "fused_kernels_per_step": fused / steps,
             "top_ops": [{"op": k, "s": v, "class": "optimizer" if k.startswith("Optimizer.") else classify(k)}
-                        for k, v in ranked]}
+                        for k, v in ranked]}, chains
 
 
-def profile_steps(step: Callable[[object], object], batches: Iterator, steps: int, device: str) -> dict:
-    """Run `steps` calls of step(batch) under the profiler; fetching a batch is the data wait."""
+def profile_steps(step: Callable[[object], object], batches: Iterator, steps: int, device: str) -> tuple[dict, dict]:
+    """Run `steps` calls of step(batch) under the profiler; fetching a batch is the data wait.
+    Returns shares()'s breakdown and its self seconds per ancestry."""
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     dev = torch.device(device)
     with profile(activities=acts) as prof:
@@ -96,4 +127,4 @@ def profile_steps(step: Callable[[object], object], batches: Iterator, steps: in
         if dev.type == "cuda":
             torch.cuda.synchronize()  # device sync point: all profiled kernels have finished
         wall = time.perf_counter() - t0
-    return shares(prof, wall, device)
+    return shares(prof, wall, device, steps)

@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--strategy", default="auto", help="auto | dp | pp")
     n.add_argument("--schedule", default="1f1b", help="1f1b | gpipe (pipeline plans)")
     n.add_argument("--cell", default=None, help="write a sweep file that runs the plan here")
+    r = sub.add_parser("roofline", help="this device's roofline ceilings: peak FLOP/s, memory bandwidth, ridge")
+    r.add_argument("--device", default=None, help="cpu | cuda (default: cuda if present)")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -171,6 +173,11 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def cmd_list() -> int:
     from harness import registry
     print("workloads:")
@@ -227,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_cell(args)
         if args.cmd == "profile":
             return cmd_profile(args)
+        if args.cmd == "roofline":
+            from harness import roofline
+            device = args.device or default_device()
+            if device not in roofline.DTYPES or (device == "cuda" and not _cuda()):
+                raise UsageError(f"unknown or absent device {device!r}; valid here: cpu"
+                                 + (", cuda" if _cuda() else ""))
+            return roofline.main(device)
         if args.cmd == "plan":
             from harness import plan_cmd
             return plan_cmd.main(args.devices, args.workload, args.size, args.global_batch, args.strategy,

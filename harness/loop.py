@@ -224,7 +224,7 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
 def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> None:
     """Measurements that must not touch the timed steps or the MLPerf clock: the bottleneck
     breakdown (a short profiled phase) and the device's peak FLOP/s for MFU."""
-    from harness import breakdown, comm_accounting, peak
+    from harness import comm_accounting, peak
     if ts.pipeline is not None:  # the schedule as it ran in the steady steps, and its bubble
         from harness import pipeline
         from results import pipeline as pipe_results
@@ -232,6 +232,8 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
         rec.info.update(pipe_results.summary_figures(rec.info["pipeline"]))
     dp_rank, dp_world = data_shard(cfg, dist)
     shares = _shares(cfg, dp_world)
+    if cfg.profile_steps:  # first: a dispatch mode (the accounting's, the op counter's) un-compiles a compiled model
+        _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares)
     if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
                                   ACCOUNT_STEPS, dp_rank, dp_world, shares)
@@ -242,16 +244,32 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
             rec.info.update(comm_accounting.summary_figures(acc))  # flat comm_*/mem_* keys for MLflow
         finally:
             loader.close()
-    if cfg.profile_steps:
-        plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
-                                  cfg.profile_steps, dp_rank, dp_world, shares)
-        loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
-        try:
-            rec.info["breakdown"] = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,
-                                                            cfg.profile_steps, cfg.device)
-        finally:
-            loader.close()
     rec.info.update(peak.for_run(cfg.device, ts.dtype))
+
+
+def _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares) -> None:
+    """The bottleneck breakdown (profiled steps), then one counted step: every op on the roofline."""
+    from harness import breakdown, op_counts, op_roofline, roofline
+    plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
+                              cfg.profile_steps + 1, dp_rank, dp_world, shares)
+    loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
+    try:
+        rec.info["breakdown"], chains = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,
+                                                                cfg.profile_steps, cfg.device)
+        batch = next(loader)
+        counts = op_counts.count(lambda: ts(*ts.prepare(*batch)))  # after the profile: see op_counts
+    finally:
+        loader.close()
+    if not any(c["flops"] for c in counts.values()):  # e.g. a CUDA graph replays what no mode sees
+        rec.info["roofline"] = {"unavailable": "the counted step dispatched no op with FLOPs (graph replay?)"}
+        return
+    # this rank's share of the model's FLOPs: its samples of the data-parallel batch, split over
+    # the tensor/pipeline ranks of its replica
+    rank_samples = len(plan[0]) * dp_world / dist.world
+    rec.info["roofline"] = op_roofline.report(counts, chains, cfg.profile_steps,
+                                              roofline.ceilings(cfg.device, ts.dtype),
+                                              workload.flops_per_sample(size) * rank_samples,
+                                              rec.info["breakdown"]["shares"])
 
 
 def _eval(run: _Run, rec, epoch_num: int, step: int) -> bool:

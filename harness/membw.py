@@ -6,6 +6,10 @@ bus bandwidth can beat a plain memory copy on the same cores. Measured STREAM-st
 torch tensors (64 MiB per array on CPU, far beyond the caches; 1 GiB on a GPU), best of REPS,
 with one thread, a rank's threads and all cores, and cached per device.
 
+The roofline's bandwidth roof (harness/roofline.py) uses STREAM's own accounting instead: bytes
+read + written per pass, copy = 2 x the array (a = b), triad = 3 x (a = b + s*c, one fused
+kernel: torch.add(b, c, alpha=s, out=a)); stream() measures both with that count.
+
 Units: copy_gb_per_s = bytes copied / s (each byte read once and written once): the figure a
 busbw is compared with. STREAM prints its Copy as 2x that (it counts read + write bytes);
 stream_copy_gb_per_s keeps that convention beside it. Measured here (2-core Xeon VM): one
@@ -26,6 +30,11 @@ ARRAY_BYTES = {"cpu": 64 * 2 ** 20, "cuda": 2 ** 30}
 # ~480 GB/s with NVLink SHARP (../shared/reference/parallelism.md, section 2).
 NVLINK_GB_PER_S = {"H200": 450.0, "H100": 450.0, "A100": 300.0}
 REPS = 7
+# Arrays each STREAM kernel touches per element: copy reads b, writes a; triad reads b and c, writes a.
+STREAM_ARRAYS = {"copy": 2, "triad": 3}
+# Device-memory bandwidth (GB/s) from NVIDIA's datasheets, SXM parts: H200 141 GB HBM3e 4.8 TB/s,
+# H100 80 GB HBM3 3.35 TB/s, A100 80 GB HBM2e 2.039 TB/s.
+VENDOR_HBM_GB_PER_S = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0}
 
 
 def measure_copy(device: str, threads: int | None = None) -> float:
@@ -46,6 +55,33 @@ def measure_copy(device: str, threads: int | None = None) -> float:
             sync(torch.device(device))  # device sync point
             best = min(best, time.perf_counter() - t0)
         return n * 4 / best
+    finally:
+        torch.set_num_threads(old)
+
+
+def stream(kernel: str, device: str, threads: int | None = None, nbytes: int | None = None) -> dict:
+    """STREAM copy or triad on torch tensors of `nbytes` each (default ARRAY_BYTES): best time of
+    REPS passes and the bytes one pass moves, STREAM's way (STREAM_ARRAYS x the array)."""
+    if kernel not in STREAM_ARRAYS:
+        raise ValueError(f"unknown STREAM kernel {kernel!r}; valid: {', '.join(STREAM_ARRAYS)}")
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        n = (nbytes or ARRAY_BYTES[device]) // 4
+        a, b, c = (torch.full((n,), v, device=device) for v in (0.0, 1.0, 2.0))
+        run = (lambda: a.copy_(b)) if kernel == "copy" else (lambda: torch.add(b, c, alpha=3.0, out=a))
+        run()  # warm-up: page faults, thread pool start
+        best = float("inf")
+        for _ in range(REPS):
+            sync(torch.device(device))  # device sync point
+            t0 = time.perf_counter()
+            run()
+            sync(torch.device(device))  # device sync point
+            best = min(best, time.perf_counter() - t0)
+        moved = STREAM_ARRAYS[kernel] * a.numel() * a.element_size()
+        return {"kernel": kernel, "bytes": moved, "best_s": best, "gb_per_s": moved / best / 1e9,
+                "result_first": float(a[0])}
     finally:
         torch.set_num_threads(old)
 

@@ -167,6 +167,11 @@ def apply_compile(ts: TrainStep) -> None:
     """Lazy: the first warm-up step pays the compile time."""
     if not ts.cfg.toggles.compile:
         return
+    import torch._inductor.config as inductor_config
+    # a profiler range around each generated C++ kernel (cpp_fused_*), so the breakdown and the
+    # roofline see fused kernels by name instead of one opaque compiled-graph call; the range
+    # costs one flag check per kernel when no profiler is running
+    inductor_config.cpp.enable_kernel_profile = True
     if ts.pipeline is not None:  # PipelineStage drives the stage modules: compile their blocks in place
         for part in ts.eval_model:
             for block in ts.workload.fsdp_units(part):

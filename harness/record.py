@@ -85,6 +85,15 @@ class RunRecord:
             out["quality"] = self.evals[-1]["quality"]
         for cls, share in self.info.get("breakdown", {}).get("shares", {}).items():
             out[f"time_frac_{cls}"] = share  # fraction of the profiled step time
+        bd = self.info.get("breakdown", {})
+        if "ops_per_step" in bd:  # what fusion changes: ops dispatched and profiled time per step
+            out.update(ops_per_step=bd["ops_per_step"], fused_kernels_per_step=bd["fused_kernels_per_step"],
+                       profiled_step_s=bd["profiled_s"] / bd["steps"])
+        if "ridge_flop_per_byte" in self.info.get("roofline", {}):
+            from harness.op_roofline import summary_figures
+            # each rank's achieved FLOP/s against its own roofs (measured at the rank's threads)
+            per_rank = out["achieved_tflops"] * 1e12 / self.info.get("world", 1) if "achieved_tflops" in out else None
+            out.update(summary_figures(self.info["roofline"], per_rank))
         return out
 
     def _mfu(self, samples_per_s: float) -> dict[str, float]:

@@ -14,5 +14,6 @@ pages = [
     st.Page("pages/pipeline.py", title="Pipeline"),
     st.Page("pages/planner.py", title="Planner"),
     st.Page("pages/collectives.py", title="Collectives"),
+    st.Page("pages/roofline.py", title="Roofline"),
 ]
 st.navigation(pages).run()

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import results
-from results import collectives, pipeline, report, schema, stats
+from results import collectives, pipeline, report, roofline_report, schema, stats
 from results.paths import results_root
 from results.tracking import default_tracking_uri
 from results.store import step_samples
@@ -61,6 +61,16 @@ def comm_sizes(records: pd.DataFrame) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S)
 def comm_predictions(runs: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     return collectives.predictions(runs, comm)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def roofline_points(df: pd.DataFrame) -> pd.DataFrame:
+    return roofline_report.run_points(df)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def fusion(df: pd.DataFrame) -> pd.DataFrame:
+    return roofline_report.fusion_table(df)
 
 
 @st.cache_data(ttl=CACHE_TTL_S)

@@ -21,13 +21,14 @@ from results.tracking import client as _client
 
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
 RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
-SUMMARY_PREFIXES = ("comm_", "mem_", "pp_")  # multi-rank accounting (per collective, per state part); pipeline bubble
+# multi-rank accounting (per collective, per state part); pipeline bubble; the run on its roofline
+SUMMARY_PREFIXES = ("comm_", "mem_", "pp_", "roofline_")
 SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
                    "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
                    "mfu_measured_pct", "mfu_vendor_pct", "time_frac_data_wait", "time_frac_compute_bound",
                    "time_frac_memory_bound", "time_frac_optimizer", "time_frac_communication", "time_frac_other",
-                   "converged")
+                   "ops_per_step", "fused_kernels_per_step", "profiled_step_s", "converged")
 
 
 _EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process

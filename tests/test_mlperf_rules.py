@@ -16,7 +16,7 @@ def test_breakdown_of_a_matmul_only_step_is_almost_all_compute_bound():
     torch.manual_seed(0)
     w = torch.randn(1024, 1024)
     batches = iter([torch.randn(1024, 1024) for _ in range(4)])  # loaded up front: no data wait to speak of
-    got = breakdown.profile_steps(lambda x: x @ w @ w, batches, 4, "cpu")
+    got, _ = breakdown.profile_steps(lambda x: x @ w @ w, batches, 4, "cpu")
     shares = got["shares"]
     assert sum(shares.values()) == pytest.approx(1.0)
     assert shares["compute_bound"] > 0.85, shares
@@ -78,6 +78,12 @@ def test_run_records_mfu_and_breakdown(campaign):
     shares = [s[f"time_frac_{c}"] for c in breakdown.CLASSES]
     assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
     assert s["breakdown"]["top_ops"]
+    # the roofline block: counted FLOPs of the step's ops match the model's formula
+    r = s["roofline"]
+    assert r["counted_flops_per_step"] == pytest.approx(r["model_flops_per_step"], rel=0.05)
+    assert r["model_flops_per_step"] == pytest.approx(s["flops_per_sample"] * s["global_batch"])
+    assert s["roofline_intensity"] == pytest.approx(r["model_flops_per_step"] / r["bytes_per_step"])
+    assert 0 < s["roofline_roof_pct"] <= 100 and r["ops"][0]["s"] >= r["ops"][-1]["s"]
 
 
 def test_ttt_rejects_bad_runs(env):

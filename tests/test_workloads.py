@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
+from torch.utils.flop_counter import FlopCounterMode
 
 from harness import data, registry, runner
+from harness.op_counts import grouped_conv_backward_flop
 from harness.config import RunConfig
 from harness.optimize import build
 from results import schema
@@ -90,18 +91,6 @@ def test_loss_falls_when_overfitting_one_batch(name, roots):
         opt.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.5 * losses[0], losses
-
-
-def grouped_conv_backward_flop(grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation,
-                               transposed, output_padding, groups, output_mask, out_shape):
-    """torch's conv_backward_flop counts a grouped conv's weight gradient as if dense (for a
-    depthwise conv with 8 groups it reports 10x the forward FLOPs instead of 3x). Same formula,
-    weight-gradient term divided by `groups`."""
-    args = (grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed, output_padding, groups)
-    # torch's formula is registered through its shape wrapper, which takes the output as out_val
-    grad_in = conv_backward_flop(*args, [output_mask[0], False], out_val=out_shape) if output_mask[0] else 0
-    grad_w = conv_backward_flop(*args, [False, output_mask[1]], out_val=out_shape) if output_mask[1] else 0
-    return grad_in + grad_w // groups
 
 
 def test_corrected_backward_formula_on_a_depthwise_conv():

@@ -34,6 +34,7 @@ if shares and not finished.dropna(subset=shares, how="all").empty:
     med = finished.groupby(["workload", "size", "device", "config"], as_index=False)[shares].median()
     for (wl, size, device), b in med.groupby(["workload", "size", "device"]):
         st.plotly_chart(charts.breakdown_bars(b, f"{wl} {size} ({device})"), width="stretch")
+    st.page_link("pages/roofline.py", label="each run and its top ops on the roofline; fusion's effect", icon="📈")
 else:
     st.caption("No profiled runs in this sweep (profile_steps=0).")
 st.subheader("Throughput and MFU per configuration")

@@ -26,6 +26,9 @@ if isinstance(row.get("reason"), str) and row["reason"]:
     st.caption("reason")
     st.code(row["reason"], language=None)  # user/exception text: shown verbatim, never as markdown
 
+if not pd.isna(row.get("roofline_intensity", float("nan"))):
+    st.page_link("pages/roofline.py", label="this run on the device's roofline", icon="📈",
+                 query_params={"run": run_id})
 run_dir = Path(str(row.get("record_dir", "")))
 try:
     metrics = pd.DataFrame(schema.read_metrics(run_dir)) if run_dir.is_dir() else pd.DataFrame()
