@@ -35,7 +35,7 @@ _COMPUTE = re.compile(r"(^|::|_)(mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|conv
 # fuses pointwise ops, reductions and normalisations into them, while matmuls and convolutions stay
 # library calls (aten::mm, mkldnn/cuDNN convolution) - so a fused kernel is memory-bound work, even
 # when its name lists the convolution_backward whose bias-gradient sum it absorbed.
-_FUSED = re.compile(r"cpp_fused_|triton_(poi|red|per)_|fused_", re.I)
+_FUSED = re.compile(r"cpp_fused_|triton_(poi|red|per)_fused", re.I)
 _MEMORY = re.compile(r"norm|softmax|copy|contiguous|clone|cat|stack|reorder|transpose|permute|to_dense|"
                      r"relu|gelu|silu|sigmoid|tanh|elu|leaky|dropout|add|sub|mul|div|exp|log|pow|sqrt|rsqrt|"
                      r"where|fill|zero|clamp|max_pool|avg_pool|pool|mean|sum|embedding|index|gather|scatter|"

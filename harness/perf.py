@@ -7,6 +7,8 @@ pipeline: harness/perf_pipeline.py (bubble vs (p-1)/(m+p-1) for GPipe and 1F1B; 
 moe: harness/perf_moe.py (expert parallel vs DDP on moe-small: load balance, drops, all-to-all).
 planner: harness/perf_planner.py (2 ranks made 2x and 4x unequal by CPU quotas: planned vs uniform
 DP and PP splits, simulator prediction vs measurement, utilization).
+roofline: harness/perf_roofline.py (this machine's ceilings; every workload at tiny and small on them,
+baseline vs +compile and +channels_last: intensity, fraction of the roof, fusion's effect).
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import data, envinfo, loop, perf_comm, perf_loader, perf_mpi, perf_moe, perf_parallel, perf_pipeline, perf_planner, registry
+from harness import data, envinfo, loop, perf_comm, perf_loader, perf_mpi, perf_moe, perf_parallel, perf_pipeline, perf_planner, perf_roofline, registry
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.record import RunRecord
@@ -140,7 +142,8 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "ddp_scaling": perf_mpi.ddp_scaling, "ingest_rate": results_perf.ingest_rate,
               "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies,
               "collectives": perf_comm.collectives_bench, "pipeline": perf_pipeline.pipeline_bench,
-              "moe": perf_moe.moe_bench, "planner": perf_planner.planner_bench}
+              "moe": perf_moe.moe_bench, "planner": perf_planner.planner_bench,
+              "roofline": perf_roofline.roofline_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

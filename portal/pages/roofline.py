@@ -79,6 +79,12 @@ fusion = data.fusion(df)
 if fusion.empty:
     st.caption("No sweep with a baseline and a +compile or +channels_last cell, both profiled.")
 else:
+    side = fusion.melt(id_vars=["workload", "size", "toggle"], value_vars=["memory_bound_ms_baseline", "memory_bound_ms_on"],
+                       var_name="cell", value_name="memory-bound ms per step")
+    side["cell"] = side["cell"].map({"memory_bound_ms_baseline": "baseline", "memory_bound_ms_on": "toggle on"})
+    side["pair"] = side["workload"] + " " + side["size"] + " +" + side["toggle"]
+    st.plotly_chart(px.bar(side, x="pair", y="memory-bound ms per step", color="cell", barmode="group",
+                           title="memory-bound time per profiled step, baseline vs toggle on"), width="stretch")
     for _, f in fusion.iterrows():
         st.markdown(f"**{f['workload']} {f['size']} +{f['toggle']}** ({f['sweep']}): memory-bound time "
                     f"{f['memory_bound_ms_baseline']:.2f} → {f['memory_bound_ms_on']:.2f} ms/step "
