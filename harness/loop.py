@@ -223,7 +223,8 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
 
 def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> None:
     """Measurements that must not touch the timed steps or the MLPerf clock: the bottleneck
-    breakdown (a short profiled phase) and the device's peak FLOP/s for MFU."""
+    breakdown (a short profiled phase) with every op on the roofline, the multi-rank
+    accounting, and the device's peak FLOP/s for MFU."""
     from harness import comm_accounting, peak
     if ts.pipeline is not None:  # the schedule as it ran in the steady steps, and its bubble
         from harness import pipeline
