@@ -28,6 +28,8 @@ TTT_STEP_CAP = 100_000  # ttt runs stop at the target; the cap only bounds a run
 def log_times(log: Path) -> dict:
     """run_start/run_stop/staging times (ms) and the run_stop status, from an MLLOG file."""
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
+    if not log.exists():  # a run that logged nothing (unsupported) has no log
+        return {"run_start_ms": None, "run_stop_ms": None, "status": None}
     lines, _errors = parse_file(str(log), ruleset="3.0.0")
     t = {ll.key: ll for ll in lines}
     out = {"run_start_ms": t["run_start"].timestamp if "run_start" in t else None,

@@ -27,7 +27,9 @@ def checker_command(log: Path, workload: str, out: Path) -> list[str]:
 def check(log: Path, workload: str) -> tuple[bool, str]:
     """(passed, the checker's own words: its warnings and errors, or its verdict)."""
     with tempfile.TemporaryDirectory() as tmp:
-        p = subprocess.run(checker_command(log, workload, Path(tmp) / "checker.log"), capture_output=True, text=True)
+        # in a scratch directory, so nothing the checker writes lands in the caller's folder
+        p = subprocess.run(checker_command(Path(log).resolve(), workload, Path(tmp) / "checker.log"), cwd=tmp,
+                           capture_output=True, text=True)
     lines = [ln for ln in (p.stdout + p.stderr).splitlines()
              if ln.startswith(("WARNING", "ERROR", "failed test:", "Required", "Failed checks"))
              or "SUCCESS" in ln]

@@ -21,7 +21,9 @@ class MLLog:
         self._logger = logging.getLogger(f"harness.mllog.{next(_ids)}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler = logging.FileHandler(path)
+        # delay: the file appears with the first line, so a run that logs none (an unsupported
+        # configuration) leaves no empty mlperf.log for the checker to fail on
+        self._handler = logging.FileHandler(path, delay=True)
         self._logger.addHandler(self._handler)
         # stack offset 1: the caller of event/start/end is named in each line's metadata
         self._ml = MLLogger(logger=self._logger, default_stack_offset=1)

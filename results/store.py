@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from results import paths, schema
-from results.tracking import COMPLETE_TAG, EXPERIMENT, client as _client
+from results.tracking import COMPLETE_TAG, EXPERIMENT, default_tracking_uri, client as _client
 
 INDEX = "run_index.sqlite"
 # MLflow tag -> our column
@@ -145,9 +145,13 @@ def _search(tracking_uri: str, experiment: str) -> list[dict]:
             return out
 
 
-def load_runs(tracking_uri: str, experiment: str = EXPERIMENT, use_index: bool = True) -> pd.DataFrame:
+def load_runs(tracking_uri: str | None = None, experiment: str = EXPERIMENT, use_index: bool = True) -> pd.DataFrame:
     """One row per run: identity, toggles (`toggles.x`), status, and summary metrics
-    (`median_step_s`, `samples_per_s`, `quality`, ...). Empty frame when there are no runs."""
+    (`median_step_s`, `samples_per_s`, `quality`, ...). Empty frame when there are no runs.
+    Without a URI: the project's store (MLFLOW_TRACKING_URI, else the one under HARNESS_RESULTS),
+    as mlflow.search_runs() uses the default tracking URI."""
+    if tracking_uri is None:
+        tracking_uri = default_tracking_uri(paths.results_root())
     if not use_index or experiment != EXPERIMENT:
         return _frame(_search(tracking_uri, experiment))
     path = index_path(tracking_uri)

@@ -59,6 +59,19 @@ def test_lm_logs_pass_the_unmodified_checker_with_the_projects_rules(campaign):
     assert checked.returncode == 0 and "3/3 logs pass" in checked.stdout, checked.stdout
 
 
+def test_the_checker_leaves_nothing_where_it_is_called(campaign, tmp_path, monkeypatch):
+    import subprocess
+    env, _ = campaign
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    ok, msg = compliance.check(run_dirs(env)[0] / "mlperf.log", "lm")
+    assert ok, msg
+    assert list(here.iterdir()) == []
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    assert "compliance_checker.log" not in tracked
+
+
 def test_a_broken_log_fails_with_the_checkers_own_message(campaign, tmp_path):
     env, _ = campaign
     lines = (run_dirs(env)[0] / "mlperf.log").read_text().splitlines()

@@ -77,6 +77,16 @@ def test_ingest_load_runs_and_idempotence(tiny_run, tmp_path):
     assert len(load_runs(uri)) == 1
 
 
+def test_load_runs_without_a_uri_reads_the_projects_store(tiny_run, tmp_path, monkeypatch):
+    """As mlflow.search_runs() uses the default tracking URI: in a notebook, load_runs() alone."""
+    import results
+    root = tmp_path / "results"
+    monkeypatch.setenv("HARNESS_RESULTS", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert ingest_run(tiny_run, f"sqlite:///{root / 'mlflow.db'}") == "added"
+    assert list(results.load_runs()["run_id"]) == [tiny_run.name]
+
+
 @pytest.mark.parametrize("bulk", [True, False])
 def test_half_written_run_is_replaced_not_duplicated(tiny_run, tmp_path, bulk):
     """An ingest that died after create_run leaves a run tagged incomplete; the next ingest
