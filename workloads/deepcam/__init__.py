@@ -28,8 +28,10 @@ class DeepCAM:
     unsupported_toggles: dict = field(default_factory=dict)
     mlperf_benchmark: str = "deepcam"
     data_format: str = "one HDF5 per sample: climate/data float32 (H, W, 16) + climate/labels_0 (H, W) in {0,1,2}; stats.h5 with per-channel minval/maxval; npy/ copies for DALI"
+    # step cap: the reference-exact ReLUs (model.py) reach IoU 0.82 on tiny at step 750 (measured
+    # 2026-12-01; the earlier, non-reference placement reached it at 400), so 1200 leaves margin
     reference: Reference = Reference(full_size="full", full_params=56_454_720, larger_size="small",
-                                     ttt_step_cap=800, ttt_eval_every=50)
+                                     ttt_step_cap=1200, ttt_eval_every=50)
     threaded_loader: bool = False
     data_version: int = 2  # 2: vortices of radius 2.5-3.5 px (were 1.5-2.5: below what a stride-16 encoder resolves)
     mlperf_quality_key: str = "eval_accuracy"

@@ -12,10 +12,13 @@ from torch import nn
 from workloads.deepcam.spec import DeepCAMSize
 
 
-def fixed_padding(x: torch.Tensor, kernel: int, dilation: int) -> torch.Tensor:
-    k = kernel + (kernel - 1) * (dilation - 1)
-    total = k - 1
-    return F.pad(x, (total // 2, total - total // 2, total // 2, total - total // 2))
+def same_padding(kernel: int, dilation: int) -> int:
+    """TF 'same' padding of a stride-1 conv, as the reference's compute_padding: the effective
+    kernel k + (k-1)(d-1) less one, split begin/end. For odd kernels the split is even, so it is
+    the convolution's own symmetric padding (no separate pad op, copy or fill per layer)."""
+    total = kernel + (kernel - 1) * (dilation - 1) - 1
+    assert total % 2 == 0, "even kernels would pad unevenly"
+    return total // 2
 
 
 class SeparableConv2dSame(nn.Module):
@@ -23,11 +26,11 @@ class SeparableConv2dSame(nn.Module):
 
     def __init__(self, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, dilation: int = 1):
         super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_in, kernel, stride, 0, dilation, groups=c_in, bias=False)
+        self.conv1 = nn.Conv2d(c_in, c_in, kernel, stride, same_padding(kernel, dilation), dilation, groups=c_in,
+                               bias=False)
         self.pointwise = nn.Conv2d(c_in, c_out, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = fixed_padding(x, self.conv1.kernel_size[0], self.conv1.dilation[0])
         return self.pointwise(self.conv1(x))
 
 
@@ -35,7 +38,9 @@ class StridedPointwise(nn.Conv2d):
     """1x1 conv with stride s. On CPU it runs as x[..., ::s, ::s] then a stride-1 1x1 conv: the
     same function and parameters, because torch 2.13's CPU backward of a strided 1x1 conv on a
     channels_last input corrupts the heap (free(): invalid next size) - reproduced with a bare
-    nn.Conv2d(8, 16, 1, stride=2) in that layout. CUDA keeps the fused strided kernel."""
+    nn.Conv2d(8, 16, 1, stride=2) in that layout, and rechecked on 2026-12-01 on an AMD EPYC:
+    nn.Conv2d(4, 8, 1, stride=2) on a 2x4x96x144 channels_last input segfaults within 20 passes
+    (tests/test_deepcam_structure.py keeps this path honest). CUDA keeps the fused strided kernel."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.stride[0]
@@ -45,9 +50,15 @@ class StridedPointwise(nn.Conv2d):
 
 
 class Block(nn.Module):
+    """The reference's Xception block: (separable conv, BN, ReLU) x reps without the last ReLU,
+    a strided or final separable conv, plus the skip path (1x1 conv + BN when the shape
+    changes), then a ReLU when `end_with_relu`. No ReLU at the start: the block's input is
+    already rectified by the block before it, so the skip path sees the rectified tensor too."""
+
     def __init__(self, c_in: int, c_out: int, reps: int, stride: int = 1, dilation: int = 1,
-                 start_with_relu: bool = True, grow_first: bool = True, is_last: bool = False):
+                 end_with_relu: bool = True, grow_first: bool = True, is_last: bool = False):
         super().__init__()
+        self.end_with_relu = end_with_relu
         if c_out != c_in or stride != 1:
             self.skip = StridedPointwise(c_in, c_out, 1, stride=stride, bias=False)
             self.skipbn = nn.BatchNorm2d(c_out)
@@ -56,14 +67,13 @@ class Block(nn.Module):
         rep: list[nn.Module] = []
         filters = c_in
         if grow_first:
-            rep += [nn.ReLU(), SeparableConv2dSame(c_in, c_out, 3, 1, dilation), nn.BatchNorm2d(c_out)]
+            rep += [SeparableConv2dSame(c_in, c_out, 3, 1, dilation), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
             filters = c_out
         for _ in range(reps - 1):
-            rep += [nn.ReLU(), SeparableConv2dSame(filters, filters, 3, 1, dilation), nn.BatchNorm2d(filters)]
+            rep += [SeparableConv2dSame(filters, filters, 3, 1, dilation), nn.BatchNorm2d(filters), nn.ReLU(inplace=True)]
         if not grow_first:
-            rep += [nn.ReLU(), SeparableConv2dSame(c_in, c_out, 3, 1, dilation), nn.BatchNorm2d(c_out)]
-        if not start_with_relu:
-            rep = rep[1:]
+            rep += [SeparableConv2dSame(c_in, c_out, 3, 1, dilation), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+        rep = rep[:-1]  # the reference drops the last ReLU of the stack
         if stride != 1:
             rep.append(SeparableConv2dSame(c_out, c_out, 3, stride=2))
         if stride == 1 and is_last:
@@ -71,8 +81,9 @@ class Block(nn.Module):
         self.rep = nn.Sequential(*rep)
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
-        skip = self.skipbn(self.skip(inp)) if self.skip is not None else inp
-        return self.rep(inp) + skip
+        x = self.rep(inp)
+        x += self.skipbn(self.skip(inp)) if self.skip is not None else inp  # in place: x is the block's own
+        return F.relu(x, inplace=True) if self.end_with_relu else x
 
 
 class Xception(nn.Module):
@@ -85,11 +96,12 @@ class Xception(nn.Module):
         self.bn1 = nn.BatchNorm2d(c(32))
         self.conv2 = nn.Conv2d(c(32), c(64), 3, stride=1, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(c(64))
-        self.block1 = Block(c(64), c(128), reps=2, stride=2, start_with_relu=False)
+        self.block1 = Block(c(64), c(128), reps=2, stride=2, end_with_relu=False)
         self.block2 = Block(c(128), c(256), reps=2, stride=2)
         self.block3 = Block(c(256), c(728), reps=2, stride=2, is_last=True)
         self.middle = nn.Sequential(*[Block(c(728), c(728), reps=3) for _ in range(s.middle_blocks)])
-        self.block20 = Block(c(728), c(1024), reps=2, stride=1, dilation=1, grow_first=False, is_last=True)
+        self.block20 = Block(c(728), c(1024), reps=2, stride=1, dilation=1, end_with_relu=False, grow_first=False,
+                             is_last=True)
         self.conv3 = SeparableConv2dSame(c(1024), c(1536), 3, dilation=2)
         self.bn3 = nn.BatchNorm2d(c(1536))
         self.conv4 = SeparableConv2dSame(c(1536), c(1536), 3, dilation=2)
@@ -100,9 +112,11 @@ class Xception(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = F.relu(self.bn1(self.conv1(x)))
         x = F.relu(self.bn2(self.conv2(x)))
-        low_level = self.block1(x)        # 1/4 resolution, no trailing ReLU
+        # the reference rectifies block 1's output in place, so the decoder's low-level branch
+        # (1/4 resolution) takes the rectified tensor as well
+        low_level = F.relu(self.block1(x), inplace=True)
         x = self.block3(self.block2(low_level))
-        x = F.relu(self.block20(self.middle(x)))
+        x = self.block20(self.middle(x))  # no ReLU after block 20 (end_with_relu=False)
         x = F.relu(self.bn3(self.conv3(x)))
         x = F.relu(self.bn4(self.conv4(x)))
         return F.relu(self.bn5(self.conv5(x))), low_level
