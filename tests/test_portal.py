@@ -12,11 +12,13 @@ from tests.conftest import REPO, XSS
 APP = str(REPO / "portal" / "app.py")
 
 
-def _page(monkeypatch, root, page: str | None = None) -> AppTest:
+def _page(monkeypatch, root, page: str | None = None, query: dict[str, str] | None = None) -> AppTest:
     monkeypatch.setenv("HARNESS_RESULTS", str(root))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
+    for k, v in (query or {}).items():  # a shared link's state (?run=...)
+        at.query_params[k] = v
     if page:
         at.switch_page(f"pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]

@@ -11,22 +11,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from results import report, roofline_report
-from tests.conftest import REPO
+from tests.test_portal import _page as portal_page
 from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
-
-APP = str(REPO / "portal" / "app.py")
 
 
 def _page(monkeypatch, root, run: str | None = None) -> AppTest:
-    monkeypatch.setenv("HARNESS_RESULTS", str(root))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    if run:
-        at.query_params["run"] = run
-    at.switch_page("pages/roofline.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return portal_page(monkeypatch, root, "roofline", {"run": run} if run else None)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +50,17 @@ def test_roofline_page_draws_the_records_roofs_and_the_chosen_run(monkeypatch, s
     assert any(line in t for t in texts), texts
 
 
+def test_run_detail_links_its_run_to_the_roofline(monkeypatch, seeded, expected):
+    points, _ = expected
+    run = points.iloc[1]["run_id"]
+    at = portal_page(monkeypatch, seeded[0], "run_detail")
+    at.selectbox[0].set_value(run).run()
+    links = [ln.proto for ln in at.get("page_link")]
+    assert [(ln.label, ln.page.endswith("roofline.py") or ln.page == "roofline") for ln in links] == [
+        ("this run on the device's roofline", True)], links
+    assert f"run={run}" in links[0].query_string
+
+
 def test_roofline_page_on_an_empty_store_says_what_to_run(monkeypatch, tmp_path):
     at = _page(monkeypatch, tmp_path / "empty")
     assert any("make demo" in i.value for i in at.info)
@@ -73,10 +74,15 @@ def test_a_roofline_link_opens_the_run_in_chromium(seeded, expected):
     with serve(seeded[0]) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/ablation")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+        page.wait_for_timeout(500)
+        ablation = page.inner_text("[data-testid='stMainBlockContainer']")
         page.goto(f"{url}/roofline?run={run['run_id']}")
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
         page.wait_for_timeout(500)
         body = page.inner_text("[data-testid='stMainBlockContainer']")
         browser.close()
+    assert "each run and its top ops on the roofline; fusion's effect" in ablation
     assert f"Intensity {run['intensity']:.2f} FLOP/byte against a ridge of {run['ridge']:.2f}" in body
     assert f"{run['workload']} {run['size']} {run['config']}" in body and "Fusion's effect" in body
