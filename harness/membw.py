@@ -86,13 +86,18 @@ def stream(kernel: str, device: str, threads: int | None = None, nbytes: int | N
         torch.set_num_threads(old)
 
 
+def device_key(device: str) -> str:
+    """The cache key of a device's memory: the CPU model (not its thread count) or the GPU name."""
+    from harness.peak import device_name
+    return device_name("cpu").rsplit(" x", 1)[0] if device == "cpu" else torch.cuda.get_device_name()
+
+
 def ceilings(rank_threads: int) -> dict[str, float]:
     """CPU copy bandwidth (GB/s, cached): one thread, the threads one rank runs with (the rank's
     own ceiling: the figure its busbw is held against), and all of the node's cores."""
     import os
 
-    from harness.peak import device_name
-    key = f"{device_name('cpu').rsplit(' x', 1)[0]}|copy"
+    key = f"{device_key('cpu')}|copy"
     cores = len(os.sched_getaffinity(0))
     get = lambda t: cached("membw.json", f"{key}|{t}", lambda: measure_copy("cpu", t)) / 1e9  # noqa: E731
     out = {"copy_gb_per_s_one_thread": get(1), "copy_gb_per_s_rank": get(rank_threads),
@@ -104,7 +109,7 @@ def ceilings(rank_threads: int) -> dict[str, float]:
 def gpu_ceilings() -> dict[str, float]:
     """The GPU's device-memory copy bandwidth (measured, cached) and its NVLink figure per
     direction where the datasheet is known."""
-    out = {"copy_gb_per_s_device": cached("membw.json", f"{torch.cuda.get_device_name()}|copy",
+    out = {"copy_gb_per_s_device": cached("membw.json", f"{device_key('cuda')}|copy",
                                           lambda: measure_copy("cuda")) / 1e9}
     for model, gbs in NVLINK_GB_PER_S.items():
         if model in torch.cuda.get_device_name():

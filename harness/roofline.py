@@ -22,7 +22,7 @@ DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
 
 def bandwidth(device: str, threads: int) -> dict[str, float]:
     """STREAM copy and triad (bytes/s, STREAM's accounting), cached per device and thread count."""
-    name = peak.device_name(device).rsplit(" x", 1)[0] if device == "cpu" else torch.cuda.get_device_name()
+    name = membw.device_key(device)
     return {k: cached("membw.json", f"{name}|stream_{k}|{threads}",
                       lambda k=k: membw.stream(k, device, threads if device == "cpu" else None)["gb_per_s"]) * 1e9
             for k in membw.STREAM_ARRAYS}
