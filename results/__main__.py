@@ -1,4 +1,5 @@
-"""`python -m results ingest` (make ingest) and `python -m results summary [--sweep NAME]`."""
+"""`python -m results ingest` (make ingest), `summary [--sweep NAME]`, `reindex` and
+`rebuild-store` (a damaged sqlite store set aside and rebuilt from the records)."""
 from __future__ import annotations
 
 import argparse
@@ -10,37 +11,52 @@ from results import paths
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="results")
-    p.add_argument("cmd", choices=["ingest", "summary", "reindex"])
+    p.add_argument("cmd", choices=["ingest", "summary", "reindex", "rebuild-store"])
     p.add_argument("--results", default=str(paths.results_root()),
                    help="results directory holding runs/ (default: HARNESS_RESULTS or ./results)")
     p.add_argument("--sweep", default="demo")
+    p.add_argument("--force", action="store_true", help="rebuild-store: rebuild a store that is not damaged too")
     args = p.parse_args(argv)
     root = Path(args.results)
     if args.cmd == "summary":
         from results.report import print_sweep_summary
         print_sweep_summary(root / "runs", args.sweep)
         return 0
-    from results.ingest import ingest_all
     from results.tracking import default_tracking_uri
     uri = default_tracking_uri(root)
-    if args.cmd == "reindex":
-        from results import store
-        df = store.reindex(uri, store.index_path(uri))
-        print(f"run index rebuilt from {uri}: {len(df)} runs")
-        return 0
     try:
-        res = ingest_all(root / "runs", uri)
-        from results.collectives import SUBDIR  # collectives benchmark records, beside the runs
-        for k, v in ingest_all(root / SUBDIR, uri).items():
-            res[k] += v
+        if args.cmd == "reindex":
+            from results import store
+            df = store.reindex(uri, store.index_path(uri))
+            print(f"run index rebuilt from {uri}: {len(df)} runs")
+            return 0
+        if args.cmd == "rebuild-store":
+            from results.rebuild import rebuild_store
+            rebuild_store(root, uri, force=args.force)
+        return _ingest(root, uri)
     except Exception as e:  # noqa: BLE001 - one line, exit 2; records are untouched
-        print(f"results: error: cannot ingest into MLflow store {uri}: {str(e).splitlines()[0]}", file=sys.stderr)
+        from results.sqlite_store import StoreDamaged
+        what = f"cannot ingest into MLflow store {uri}: " if args.cmd == "ingest" and not isinstance(e, StoreDamaged) else ""
+        print(f"results: error: {what}{str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
+
+
+def _ingest(root: Path, uri: str) -> int:
+    """Every record (runs, then collectives benchmarks) into the store; exit 1 when some
+    record could not go in (each named on its own line), 0 otherwise."""
+    from results.collectives import SUBDIR
+    from results.ingest import ingest_all
+    res = ingest_all(root / "runs", uri)
+    for k, v in ingest_all(root / SUBDIR, uri).items():
+        res[k] += v
     print(f"{uri}: {len(res['added'])} added, {len(res['present'])} already present, "
-          f"{len(res['in progress'])} still running, {len(res['broken'])} unreadable")
+          f"{len(res['in progress'])} still running, {len(res['broken'])} unreadable, "
+          f"{len(res['failed'])} rejected by the store")
     for b in res["broken"]:
         print(f"  unreadable record {b}", file=sys.stderr)
-    return 0
+    for b in res["failed"]:
+        print(f"  record not ingested: {b}", file=sys.stderr)
+    return 1 if res["failed"] else 0
 
 
 if __name__ == "__main__":

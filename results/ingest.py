@@ -9,13 +9,14 @@ MLflow can always be rebuilt from results/runs/: the records are the source of t
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results import collectives, schema, store
+from results import collectives, locks, schema, sqlite_store, store
 from results.tracking import COMPLETE_TAG, EXPERIMENT
 from results.tracking import client as _client
 
@@ -59,10 +60,20 @@ def _experiment_id(client, artifact_root: Path | None) -> str:
     return exp_id
 
 
+def filter_value(value: str) -> str:
+    """`value` as a quoted string in an MLflow filter. MLflow strips one pair of quotes and
+    knows no escapes, so a value is quoted with the kind it does not contain."""
+    for q in ("'", '"'):
+        if q not in value:
+            return f"{q}{value}{q}"
+    raise ValueError(f"{value[:80]!r} holds both kinds of quote; MLflow's filter language cannot match it")
+
+
 def find_run(client, exp_id: str, run_id: str):
-    """The complete MLflow run of a record, or None. A run left half-written by an ingest that
-    died (no completion tag) is deleted so that the record is ingested again in full."""
-    hits = client.search_runs([exp_id], filter_string=f"tags.run_id = '{run_id}'", max_results=10)
+    """The complete MLflow run of a record, or None. Runs of it left half-written (no
+    completion tag) are deleted so that the record is ingested again in full: call this only
+    holding the record's lock (record_lock), since then no live ingester is writing them."""
+    hits = client.search_runs([exp_id], filter_string=f"tags.run_id = {filter_value(run_id)}", max_results=10)
     done = [h for h in hits if h.data.tags.get(COMPLETE_TAG) == "1"]
     for h in hits:
         if h not in done:
@@ -70,43 +81,50 @@ def find_run(client, exp_id: str, run_id: str):
     return done[0] if done else None
 
 
-def _in_store(client, exp_id: str, run_id: str, known: Known | None) -> bool:
-    """Is the record's run in the store in full? Half-written runs of it are deleted, as
-    find_run does; a bulk ingest answers from what it learned up front (`known`)."""
-    if known is None:
-        return find_run(client, exp_id, run_id) is not None
-    if run_id in known.complete:
-        return True
-    for half_written in known.partial.pop(run_id, []):
-        client.delete_run(half_written)
-    return False
+def lock_path(tracking_uri: str, records_root: Path) -> Path:
+    """The lock file every ingester of these records into this store shares: beside a sqlite
+    store, else beside the records (shared by all hosts that read them)."""
+    db = sqlite_store.db_path(tracking_uri)
+    return sqlite_store.lock_file(db) if db is not None else Path(records_root) / ".ingest.lock"
 
 
-def sweep_parent(client, exp_id: str, sweep: str) -> str:
-    """The MLflow run that groups a sweep instance's runs (created on first use). Many ingesters
-    may race to create it: each then keeps the oldest and deletes its own if that lost."""
+def sweep_parent(client, exp_id: str, sweep: str, lock: Path) -> str:
+    """The MLflow run that groups a sweep instance's runs, created by the first ingester that
+    needs it (under the sweep's lock, so exactly one is)."""
     key = (client.tracking_uri, sweep)
     if key not in _PARENTS:
-        _PARENTS[key] = _sweep_parent(client, exp_id, sweep)
+        with locks.held(lock, f"sweep\0{sweep}"):
+            _PARENTS[key] = _sweep_parent(client, exp_id, sweep)
     return _PARENTS[key]
 
 
 def _sweep_parent(client, exp_id: str, sweep: str) -> str:
-    query = f"tags.kind = 'sweep' and tags.sweep = '{sweep}'"
+    # by a digest of the name: a sweep label may hold any character, quotes included
+    hits = client.search_runs([exp_id], filter_string=f"tags.kind = 'sweep' and tags.sweep_key = '{_digest(sweep)}'",
+                              max_results=100)
+    if not hits and ("'" not in sweep or '"' not in sweep):  # a parent made before sweep_key existed
+        hits = client.search_runs([exp_id], f"tags.kind = 'sweep' and tags.sweep = {filter_value(sweep)}",
+                                  max_results=100)
+    if hits:  # stores from before the lock may hold racing creators' parents: the oldest is the one
+        return min(hits, key=lambda h: (h.info.start_time, h.info.run_id)).info.run_id
+    run = client.create_run(exp_id, tags={"kind": "sweep", "sweep": visible(sweep), "sweep_key": _digest(sweep),
+                                          "mlflow.runName": visible(f"sweep {sweep}")})
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
 
-    def oldest():
-        hits = client.search_runs([exp_id], filter_string=query, max_results=100)
-        return min(hits, key=lambda h: (h.info.start_time, h.info.run_id)) if hits else None
 
-    found = oldest()
-    if found:
-        return found.info.run_id
-    mine = client.create_run(exp_id, tags={"kind": "sweep", "sweep": sweep, "mlflow.runName": f"sweep {sweep}"})
-    client.set_terminated(mine.info.run_id, "FINISHED")
-    winner = oldest().info.run_id
-    if winner != mine.info.run_id:
-        client.delete_run(mine.info.run_id)
-    return winner
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def visible(text: str) -> str:
+    """`text` as valid UTF-8 that MLflow can store: bytes that were not UTF-8 (a label from
+    argv, read with surrogateescape) become backslash escapes (\\xff) rather than failing
+    every ingest of the record."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that was never a byte
+        return text.encode("utf-8", "backslashreplace").decode("ascii")
 
 
 def _tags(rec: dict[str, Any]) -> dict[str, str]:
@@ -121,7 +139,7 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
     if cfg.get("kind") == collectives.KIND:
         tags.update({k: cfg.get(k, "") for k in ("collective", "backend", "dtype", "ranks", "nodes", "bench",
                                                   "launcher")}, kind=collectives.KIND)
-        return {k: str(v) for k, v in tags.items()}
+        return {k: visible(str(v)) for k, v in tags.items()}
     slurm = env.get("slurm", {})
     sched = env.get("scheduler", {})  # neutral keys (records from before them have none)
     tags.update({
@@ -134,36 +152,62 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
         "array_task_id": sched.get("array_task_id", ""), "kind": "run",
         "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
     })
-    return {k: str(v) for k, v in tags.items()}
+    return {k: visible(str(v)) for k, v in tags.items()}
 
 
 def _params(cfg: dict[str, Any]) -> dict[str, str]:
-    return {k: str(v) for k, v in schema.flatten(cfg).items()}
+    return {visible(k): visible(str(v)) for k, v in schema.flatten(cfg).items()}
 
 
 @dataclass
 class Known:
-    """What a bulk ingest learns up front instead of one MLflow search per record."""
-    complete: set[str]                 # run_ids already in the store in full
-    partial: dict[str, list[str]]      # run_id -> MLflow ids of runs an earlier ingest left half-written
+    """What a bulk ingest learns up front instead of one MLflow search per record: the run_ids
+    already in the store in full. A complete run is never removed, so this can only be short;
+    a record not in it is looked up afresh under its lock."""
+    complete: set[str]
+
+
+class Transient(Exception):
+    """The store could not be reached or was busy for every attempt."""
+
+
+TRANSIENT_MARKERS = ("database is locked", "database table is locked", "connection refused", "connectionerror",
+                     "max retries exceeded", "connection reset", "connection aborted", "remotedisconnected",
+                     "temporarily unavailable", "timed out", "timeout", "error code 429", "error code 502",
+                     "error code 503", "error code 504", "bad gateway", "service unavailable")
+
+
+def transient(e: BaseException) -> bool:
+    """Worth retrying: the store unreachable or busy (a tracking server restarting, sqlite's
+    writer lock). Anything else (a value MLflow rejects, a record it cannot take) fails the same
+    way every time, so it is not retried."""
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
+    text = f"{type(e).__name__}: {e}".lower()
+    return any(m in text for m in TRANSIENT_MARKERS)
 
 
 def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | None = None,
                known: Known | None = None) -> str:
-    """Ingest one finished record; returns 'added', 'present' or 'in progress'. A store that is
-    briefly unreachable (a tracking server restarting) is retried with exponential backoff;
-    the record itself is never changed, and a retry finishes or redoes a half-written run."""
+    """Ingest one finished record; returns 'added', 'present' or 'in progress'. Safe with any
+    number of concurrent ingesters: each record is looked up and written under its own lock,
+    so it gets exactly one MLflow run. A store that is briefly unreachable or busy is retried
+    with exponential backoff and then raises Transient; any other error is raised at once. The
+    record itself is never changed; a retry finishes or redoes a half-written run."""
     attempts = max(1, attempts or _env_attempts())  # at least one try, whatever the setting says
     attempt = 0
     while True:
-        try:  # a retry looks the run up afresh: the failed attempt may have left a half-written run
-            return _ingest_once(run_dir, tracking_uri, client, known if attempt == 0 else None)
-        except schema.RecordError:
+        try:
+            return _ingest_once(run_dir, tracking_uri, client, known)
+        except (schema.RecordError, sqlite_store.StoreDamaged):
             raise
-        except Exception:  # noqa: BLE001 - connection refused, 5xx, "database is locked" ...
+        except Exception as e:  # noqa: BLE001 - sorted into transient (retried) and the rest
+            if not transient(e):
+                raise
             attempt += 1
             if attempt >= attempts:
-                raise
+                raise Transient(f"{tracking_uri} unreachable or busy after {attempts} attempts: "
+                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
 
 
@@ -176,27 +220,48 @@ def _env_attempts() -> int:
 
 
 def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | None = None) -> str:
-    from mlflow.entities import Metric, Param, RunTag
-
     rec = schema.read_record(Path(run_dir), with_metrics=True)
     if schema.orphaned(rec["status"]):
         schema.finalize_orphan(run_dir, f"process {rec['status']['pid']} died before finishing its record")
         rec = schema.read_record(Path(run_dir), with_metrics=True)
     if rec["status"]["status"] == schema.RUNNING:
         return "in progress"
+    comm = rec["config"].get("kind") == collectives.KIND
+    run_id = rec["config"]["run_id"]
+    # collectives records are not in the run index, so `known` (built from it) cannot answer for them
+    if known is not None and not comm and run_id in known.complete:
+        return "present"
     client = client or _client(tracking_uri)
     exp_id = experiment_id(client)
-    comm = rec["config"].get("kind") == collectives.KIND
-    # collectives records are not in the run index, so `known` (built from it) cannot answer for them
-    if _in_store(client, exp_id, rec["config"]["run_id"], None if comm else known):
-        return "present"
+    with locks.held(lock_path(tracking_uri, Path(run_dir).parent), f"run\0{run_id}"):
+        if find_run(client, exp_id, run_id) is not None:  # afresh: another ingester may have just added it
+            return "present"
+        return _write(client, exp_id, rec, Path(run_dir), tracking_uri, comm)
+
+
+def _write(client, exp_id: str, rec: dict, run_dir: Path, tracking_uri: str, comm: bool) -> str:
+    """One MLflow run for the record; called holding the record's lock, after find_run."""
     st = rec["status"]
     start_ms = int(st["started"] * 1000)
     tags = {**_tags(rec), COMPLETE_TAG: "0"}  # "1" comes with the last batch
     if tags["sweep"]:
-        tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, tags["sweep"])
+        tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, rec["config"]["sweep"],
+                                                  lock_path(tracking_uri, run_dir.parent))
     run = client.create_run(exp_id, start_time=start_ms, tags=tags)
-    rid = run.info.run_id
+    try:
+        _fill(client, run, rec, run_dir, tracking_uri, comm, tags)
+    except Exception as e:  # noqa: BLE001 - a permanent error leaves no half-written run behind
+        if not transient(e):
+            client.delete_run(run.info.run_id)
+        raise
+    return "added"
+
+
+def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, tags: dict) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    rid, st = run.info.run_id, rec["status"]
+    start_ms = int(st["started"] * 1000)
     # a collectives record's whole summary (bandwidths, latency, ceilings) is its figures
     metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
                if (comm or k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
@@ -226,7 +291,6 @@ def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | N
         store.index_upsert(store.index_path(tracking_uri), tracking_uri, store.row(
             rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), start_ms, {**tags, COMPLETE_TAG: "1"},
             {p.key: p.value for p in params}, latest))
-    return "added"
 
 
 def _log_record_folder(client, run, run_dir: Path) -> None:
@@ -248,29 +312,32 @@ def _log_record_folder(client, run, run_dir: Path) -> None:
     client.log_artifacts(run.info.run_id, str(run_dir))
 
 
-def known_runs(client, exp_id: str, tracking_uri: str) -> Known | None:
-    """For a sqlite store with a built run index: its complete run_ids, and one search for runs
-    still tagged incomplete. None elsewhere (a tracking server's index is the reader's, not
-    kept by ingest): each record is then looked up on its own."""
+def known_runs(tracking_uri: str) -> Known | None:
+    """For a sqlite store with a built run index: its complete run_ids. None elsewhere (a
+    tracking server's index is the reader's, not kept by ingest): each record is then looked
+    up on its own."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
     done = store.index_run_ids(store.index_path(tracking_uri), tracking_uri)
-    if done is None:
-        return None
-    partial: dict[str, list[str]] = {}
-    for r in client.search_runs([exp_id], f"tags.{COMPLETE_TAG} = '0'", max_results=50_000):
-        partial.setdefault(r.data.tags.get("run_id", ""), []).append(r.info.run_id)
-    return Known(done, partial)
+    return None if done is None else Known(done)
 
 
 def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, list[str]]:
-    """Ingest every record under runs_root; unreadable records are reported, not fatal."""
+    """Ingest every record under runs_root. An unreadable record ("broken") or one the store
+    rejects ("failed", one line each) stays out alone while the rest go in; a store that stays
+    unreachable (Transient) or is damaged (StoreDamaged) stops the whole ingest."""
     client = client or _client(tracking_uri)
-    known = known_runs(client, experiment_id(client), tracking_uri)
-    out: dict[str, list[str]] = {"added": [], "present": [], "in progress": [], "broken": []}
+    experiment_id(client)
+    known = known_runs(tracking_uri)
+    out: dict[str, list[str]] = {"added": [], "present": [], "in progress": [], "broken": [], "failed": []}
     for d in schema.record_dirs(runs_root):
         try:
             out[ingest_run(d, tracking_uri, client, known=known)].append(d.name)
         except schema.RecordError as e:
             out["broken"].append(f"{d.name}: {e}")
+        except (Transient, sqlite_store.StoreDamaged):
+            raise
+        except Exception as e:  # noqa: BLE001 - this record alone: MLflow rejected something in it
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            out["failed"].append(f"{d.name}: {type(e).__name__}: {first}")
     return out

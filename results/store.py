@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from results import paths, schema
+from results.sqlite_store import db_path
 from results.tracking import COMPLETE_TAG, EXPERIMENT, default_tracking_uri, client as _client
 
 INDEX = "run_index.sqlite"
@@ -91,6 +92,14 @@ def mark_built(path: Path, uri: str) -> None:
         con.execute("INSERT OR REPLACE INTO built VALUES (?, ?)", (uri, time.time()))
 
 
+def forget(path: Path, uri: str) -> None:
+    """Drop the index of `uri` (its store was set aside): the next reader or ingest starts afresh."""
+    if path.exists():
+        with _db(path) as con:
+            con.execute("DELETE FROM runs WHERE uri = ?", (uri,))
+            con.execute("DELETE FROM built WHERE uri = ?", (uri,))
+
+
 def index_read(path: Path, uri: str) -> pd.DataFrame | None:
     """The indexed runs of `uri`, or None when the index was never built for it."""
     con = _built_db(path, uri)
@@ -130,6 +139,9 @@ def reindex(tracking_uri: str, path: Path, experiment: str = EXPERIMENT) -> pd.D
 
 
 def _search(tracking_uri: str, experiment: str) -> list[dict]:
+    db = db_path(tracking_uri)
+    if db is not None and not db.exists():  # readers never create a store
+        return []
     client = _client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:

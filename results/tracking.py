@@ -16,9 +16,16 @@ def default_tracking_uri(results_root: Path) -> str:
 
 
 def client(uri: str):
+    """An MlflowClient for `uri`. A sqlite store that does not exist yet is created whole
+    (results/sqlite_store.py); one found half-made raises sqlite_store.StoreDamaged."""
     import logging
 
     from mlflow.tracking import MlflowClient
+
+    from results import sqlite_store
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # no alembic chatter in CLI output
+    db = sqlite_store.db_path(uri)
+    if db is not None:
+        sqlite_store.ensure(db)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
     return MlflowClient(tracking_uri=uri)

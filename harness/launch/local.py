@@ -118,8 +118,11 @@ class LocalBackend:
         try:
             res = ingest_all(root / "runs", uri)
             print(f"ingested {len(res['added'])} new records into {uri}")
+            for line in res["failed"]:
+                print(f"warning: record not ingested: {line}", file=sys.stderr)
         except Exception as e:  # noqa: BLE001 - records stay; `make ingest` retries
-            print(f"warning: could not ingest into {uri} ({e}); records kept, run `make ingest`", file=sys.stderr)
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            print(f"warning: could not ingest into {uri} ({why}); records kept, run `make ingest`", file=sys.stderr)
         print_sweep_summary(root / "runs", self._plan.sweep_id)
 
 

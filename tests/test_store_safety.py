@@ -1,0 +1,147 @@
+"""The MLflow store under concurrency, poison records and crashes, with real processes and a
+real sqlite store: exactly one MLflow run per record however many ingesters race, one bad
+record never blocks the rest, and a store killed half-made is detected and rebuilt from the
+records (they are the truth)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+from test_tracking_server import make_records
+
+N_INGESTERS = 16
+
+
+def _env() -> dict:
+    import os
+    e = dict(os.environ)
+    e.pop("MLFLOW_TRACKING_URI", None)  # the store under --results, whatever the caller's shell says
+    return e
+
+
+def ingest(results: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "results", "ingest", "--results", str(results), *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=env or _env())
+
+
+def concurrent_ingests(results: Path, n: int, env: dict | None = None) -> list[tuple[int, str, str]]:
+    procs = [subprocess.Popen([sys.executable, "-m", "results", "ingest", "--results", str(results)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env())
+             for _ in range(n)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    return [(p.returncode, *o) for p, o in zip(procs, outs)]
+
+
+def store_runs(uri: str) -> dict:
+    """What MLflow itself holds, not the run index: active runs per record, deleted runs, parents."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name("mlperf-harness").experiment_id
+    active = c.search_runs([exp], "tags.kind = 'run'", max_results=5000)
+    deleted = c.search_runs([exp], "", run_view_type=ViewType.DELETED_ONLY, max_results=5000)
+    parents = c.search_runs([exp], "tags.kind = 'sweep'", max_results=5000)
+    return {"run_ids": sorted(r.data.tags["run_id"] for r in active), "deleted": len(deleted),
+            "incomplete": sum(r.data.tags.get("ingest_complete") != "1" for r in active),
+            "parents": sorted(r.data.tags["sweep"] for r in parents)}
+
+
+def test_concurrent_first_ingests_into_no_store_give_exactly_one_run_per_record(tmp_path):
+    """16 bulk ingests of the same 20 records, started together before any store exists: the
+    store is created once, whole, and each record gets one run; nothing is deleted in flight."""
+    dirs = make_records(tmp_path / "runs", 20, sweep="race@1")
+    outcomes = concurrent_ingests(tmp_path, N_INGESTERS)
+    assert all(rc == 0 for rc, _, _ in outcomes), [err[-400:] for _, _, err in outcomes]
+    added = [int(out.split(": ")[1].split()[0]) for _, out, _ in outcomes]
+    assert sum(added) == 20  # every record added by exactly one ingester; the rest found it present
+    got = store_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert got == {"run_ids": sorted(d.name for d in dirs), "deleted": 0, "incomplete": 0, "parents": ["race@1"]}
+    assert not list(tmp_path.glob(".mlflow.db.*.tmp"))  # no creator's temporary file left
+
+
+def test_a_poison_record_fails_alone_with_one_line_and_the_rest_go_in(tmp_path):
+    """Labels with quotes (both kinds) and a byte that is not UTF-8 are stored, visibly; a record
+    MLflow rejects (a param name that resolves to another path) fails alone, not retried, and
+    leaves no half-written run; a second ingest adds nothing and names it again."""
+    runs = tmp_path / "runs"
+    good = make_records(runs, 2, sweep="plain@1") + make_records(runs, 1, sweep="it's mine@1")
+    good += make_records(runs, 1, sweep="b\udcffd \"q\" 'q'@1")
+    (poison,) = make_records(runs, 1, sweep="plain@1")
+    cfg = json.loads((poison / "config.json").read_text())
+    (poison / "config.json").write_text(json.dumps({**cfg, "../evil": 1}))
+    first = ingest(tmp_path, env={**_env(), "HARNESS_INGEST_ATTEMPTS": "8"})
+    assert first.returncode == 1, first.stderr
+    assert "4 added" in first.stdout and "1 rejected by the store" in first.stdout
+    lines = first.stderr.strip().splitlines()
+    assert len(lines) == 1 and poison.name in lines[0] and "../evil" in lines[0]
+    got = store_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert got["run_ids"] == sorted(d.name for d in good) and got["incomplete"] == 0
+    assert got["parents"] == sorted(["plain@1", "it's mine@1", "b\\xffd \"q\" 'q'@1"])  # the byte as \xff
+    again = ingest(tmp_path)
+    assert again.returncode == 1 and "0 added, 4 already present" in again.stdout
+    assert store_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")["run_ids"] == got["run_ids"]
+
+
+KILL_AT = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+count = [0]
+@event.listens_for(Engine, "before_cursor_execute")
+def die(*_):  # a SIGKILL at a fixed point of the schema's creation: a crash or a full disk
+    count[0] += 1
+    if count[0] == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[1] == "harness":
+    from results.tracking import client
+    client("sqlite:///" + sys.argv[2])
+else:  # what MLflow does by itself, as this harness did before: migrate the store file in place
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    SqlAlchemyStore("sqlite:///" + sys.argv[2], "file:///tmp/unused")
+"""
+
+
+def kill_mid_creation(how: str, db: Path, at: int) -> None:
+    p = subprocess.run([sys.executable, "-c", KILL_AT, how, str(db), str(at)], cwd=REPO, capture_output=True)
+    assert p.returncode == -9, p.stderr[-500:]
+
+
+def test_a_store_killed_mid_creation_is_never_left_half_made(tmp_path):
+    """Killed while the harness creates the store: the store path never holds a half-made
+    file, and the next ingest creates it whole."""
+    dirs = make_records(tmp_path / "runs", 3, sweep="")
+    kill_mid_creation("harness", tmp_path / "mlflow.db", 200)
+    assert not (tmp_path / "mlflow.db").exists() and list(tmp_path.glob(".mlflow.db.*.tmp"))
+    p = ingest(tmp_path, env=_env())
+    assert p.returncode == 0 and "3 added" in p.stdout, p.stderr
+    assert not list(tmp_path.glob(".mlflow.db.*.tmp"))
+    assert store_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")["run_ids"] == sorted(d.name for d in dirs)
+
+
+def test_a_half_made_store_is_named_and_rebuilt_from_the_records(tmp_path):
+    """A store killed while migrated in place (three points: before the version table, between
+    migrations, inside one): ingest says so in one line, exit 2; `rebuild-store` sets it aside
+    and fills a new one from the records; on a healthy store it asks for --force."""
+    dirs = make_records(tmp_path / "runs", 3, sweep="s@1")
+    for at, why in ((20, "never completed"), (200, "schema stops at revision"), (400, "left half done")):
+        db = tmp_path / "mlflow.db"
+        db.unlink(missing_ok=True)
+        kill_mid_creation("mlflow", db, at)
+        p = ingest(tmp_path, env=_env())
+        assert p.returncode == 2 and p.stdout == "", p.stdout
+        (line,) = p.stderr.strip().splitlines()
+        assert why in line and "rebuild-store" in line
+    before = db.read_bytes()
+    rebuilt = subprocess.run([sys.executable, "-m", "results", "rebuild-store", "--results", str(tmp_path)],
+                             cwd=REPO, capture_output=True, text=True, timeout=600, env=_env())
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "3 added" in rebuilt.stdout
+    (aside,) = tmp_path.glob("mlflow.db.damaged-*")
+    assert aside.read_bytes() == before  # set aside, not deleted
+    assert store_runs(f"sqlite:///{db}")["run_ids"] == sorted(d.name for d in dirs)
+    again = subprocess.run([sys.executable, "-m", "results", "rebuild-store", "--results", str(tmp_path)],
+                           cwd=REPO, capture_output=True, text=True, timeout=600, env=_env())
+    assert again.returncode == 2 and "--force" in again.stderr and len(again.stderr.strip().splitlines()) == 1
