@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from harness.config import RunConfig, UsageError, settable_keys
+from harness.errors import one_line
 from harness.dist import default_device
 from results import toggles as toggle_decl
 from results.collectives import COLLECTIVES
@@ -262,5 +263,5 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         from harness.dist import from_env
         if from_env().is_main:  # every rank finds the same problem; one line says it
-            print(f"harness: error: {e}", file=sys.stderr)
+            print(f"harness: error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -127,10 +128,13 @@ class RunConfig:
         for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks", "profile_steps"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
-        if self.max_seconds < 0:
-            raise UsageError(f"max_seconds must be >= 0; got {self.max_seconds}")
-        if self.seed < 1:
-            raise UsageError(f"seed must be > 0 (MLPerf rule); got {self.seed}")
+        if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
+            raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
+        if not 1 <= self.seed <= SEED_MAX:
+            raise UsageError(f"seed must be in 1..{SEED_MAX} (> 0 is an MLPerf rule; numpy's seeds are 32-bit); "
+                             f"got {_brief(self.seed)}")
+        if not 0 <= self.data_seed <= SEED_MAX:
+            raise UsageError(f"data_seed must be in 0..{SEED_MAX} (numpy's seeds are 32-bit); got {_brief(self.data_seed)}")
         if self.parallel.tp > 1 and getattr(wl, "tensor_parallel_plan", None) is None:
             with_plan = [n for n in registry.names() if getattr(registry.get(n), "tensor_parallel_plan", None)]
             raise UsageError(f"parallel.tp={self.parallel.tp}: {self.workload} has no tensor-parallel plan; "
@@ -223,9 +227,18 @@ def _check_pipeline(wl, cfg: "RunConfig", registry) -> None:
         raise UsageError(problem)
 
 
+SEED_MAX = 2**32 - 1
+
+
+def _brief(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters: error lines echo what they got, never megabytes."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
-        raise UsageError(f"{name} must be one of {', '.join(valid)}; got {value!r}")
+        raise UsageError(f"{name} must be one of {', '.join(valid)}; got {_brief(value)}")
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig) if f.name not in SECTIONS}
@@ -254,7 +267,7 @@ def _check_types(cfg: RunConfig) -> None:
             continue
         v = getattr(cfg, f.name)
         if not has_type(v, f.type):
-            raise UsageError(f"{f.name} expects {f.type}; got {v!r}")
+            raise UsageError(f"{f.name} expects {f.type}; got {_brief(v)}")
     if isinstance(cfg.max_seconds, int):
         object.__setattr__(cfg, "max_seconds", float(cfg.max_seconds))
 
@@ -290,18 +303,32 @@ def parse_value(key: str, raw: str) -> Any:
     return raw
 
 
+YAML_MAX_BYTES = 1 << 20  # a sweep or site file is a page of settings; a MiB is already absurd
+
+
 def read_yaml_mapping(path, what: str) -> tuple[dict, str]:
     """(mapping, text) of a YAML file whose top level must be a mapping; UsageErrors name the
-    file. `what` says what the file is, for the messages ("sweep file", "site file")."""
+    file. `what` says what the file is, for the messages ("sweep file", "site file"). Aliases
+    are refused: nine levels of nine-way aliases in 600 bytes expand to 9**9 values (the
+    "billion laughs"), and no settings file needs them."""
     import yaml
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > YAML_MAX_BYTES:
+            raise UsageError(f"{path}: {size} bytes; a {what} is at most {YAML_MAX_BYTES}")
+        text = path.read_bytes().decode("utf-8")
     except OSError as e:
         raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not a text file (byte {e.start} is not UTF-8); a {what} is YAML text") from None
     try:
+        if any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text)):
+            raise UsageError(f"{path}: YAML aliases (*name) are not accepted in a {what}; write the values out")
         d = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0][:200]}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a {what}") from None
     if not isinstance(d, dict):
         raise UsageError(f"{path}: expected a mapping at the top level")
     return d, text

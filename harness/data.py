@@ -52,7 +52,11 @@ def ensure_dataset(workload, size, root: Path, seed: int) -> None:
     data_dir already holds one. Generation time is data preparation, not part of any run."""
     if (root / MANIFEST).exists():
         return
-    root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # e.g. HARNESS_DATA names a file
+        raise DataError(f"cannot make the dataset folder {root.parent}: {e.strerror} (the data root is "
+                        f"HARNESS_DATA, else ./data)") from None
     with open(root.parent / f".{root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (root / MANIFEST).exists():
@@ -61,8 +65,12 @@ def ensure_dataset(workload, size, root: Path, seed: int) -> None:
             raise DataError(f"{root} exists but has no {MANIFEST}: not a dataset written by this harness")
         tmp = root.with_name(root.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        workload.write_dataset(tmp, size, seed)
-        tmp.rename(root)
+        try:
+            workload.write_dataset(tmp, size, seed)
+            tmp.rename(root)
+        except BaseException:  # a failed or interrupted generation leaves no .partial folder behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def epoch_batches(n: int, batch: int, seed: int, epoch: int, rank: int = 0, world: int = 1,

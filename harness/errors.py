@@ -13,6 +13,15 @@ class UsageError(ValueError):
     line and exits with status 2."""
 
 
+LINE_MAX = 500  # characters of an error line; the rest is cut, its length said
+
+
+def one_line(e: BaseException) -> str:
+    """An error as one line of bounded length, however large the value it quotes."""
+    text = " ".join(str(e).split("\n")) or type(e).__name__
+    return text if len(text) <= LINE_MAX else f"{text[:LINE_MAX]}... ({len(text)} characters in all)"
+
+
 class Unsupported(RuntimeError):
     """This configuration cannot run here (e.g. CUDA Graphs on a CPU machine). Status `unsupported`."""
 

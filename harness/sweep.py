@@ -30,6 +30,7 @@ from results import toggles as toggle_decl
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
 SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base", "parallel", "ranks"}
 DEFAULT_REPEATS = 5
+BIG_SWEEP = 200  # runs; past this the sweep says how long a road it starts on
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ def load(path: Path) -> Sweep:
     for k, v in listy.items():
         if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             raise bad(k, f"expected a list of names; got {v!r}")
+    for k in ("workloads", "sizes", "toggles"):
+        dup = sorted({x for x in listy[k] or () if list(listy[k]).count(x) > 1})
+        if dup:
+            raise bad(k, f"{', '.join(dup)} listed more than once (each would be run again, not measured better; "
+                         "use `repeats`)")
     toggles = tuple(listy["toggles"] or TOGGLE_NAMES)
     for t in toggles:
         if t not in TOGGLE_NAMES:
@@ -85,6 +91,9 @@ def load(path: Path) -> Sweep:
     base = d.get("base") or {}
     if not isinstance(on_values, dict) or not isinstance(base, dict):
         raise bad("base" if not isinstance(base, dict) else "on_values", "expected a mapping")
+    for key in on_values:
+        if key not in toggles:
+            raise bad(str(key), f"on_values for a toggle this sweep does not switch; its toggles: {', '.join(toggles)}")
     sweep = Sweep(name=str(d.get("name") or path.stem), workloads=tuple(listy["workloads"] or ()),
                   sizes=tuple(listy["sizes"] or ("tiny",)), repeats=repeats, toggles=toggles,
                   on_values=on_values, matrix=matrix, base=base,
@@ -240,12 +249,16 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     """`harness sweep` (site None: the local scheduler on this machine) and `harness submit
     --site` (the site's scheduler): one planning path, one launcher protocol."""
     import json
+    import os
+    import secrets
     import time
 
     from harness.launch import schedulers
     from harness.launch.backend import SweepPlan, launch, safe
     from results.paths import results_root
 
+    if repeats < 0:
+        raise UsageError(f"--repeats must be >= 1 (0 = the sweep file's own); got {repeats}")
     sw = load(path)
     if repeats:
         sw = dataclasses.replace(sw, repeats=repeats)
@@ -266,11 +279,15 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
         todo = [i for i, c in enumerate(cells)
                 if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
     else:
-        sweep_id = f"{sw.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        # UTC second, then pid and random bits: two sweeps started in one second never share an id
+        sweep_id = f"{sw.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}{secrets.token_hex(2)}"
         cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site))
         todo = list(range(len(cells)))
     print(f"sweep {sweep_id}: {len(cells) // sw.repeats} configurations x {sw.repeats} repeats, "
           f"interleaved; {len(todo)} to run")
+    if len(todo) > BIG_SWEEP and backend.name == "local" and not dry_run:
+        print(f"note: {len(todo)} runs on this machine one after another; --dry-run lists them, Ctrl-C stops "
+              "the sweep (finished runs stay recorded and `--rerun-failed` resumes)", file=sys.stderr)
     python = site.python if site else sys.executable
     launch(backend, SweepPlan(sweep_id, cells, todo, results, rerun=rerun_failed, python=python),
            dry_run=dry_run, wait=wait)
