@@ -145,7 +145,14 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
                 row.update(speedup=sp["speedup"], ci_lo=sp["ci_lo"], ci_hi=sp["ci_hi"],
                            verdict="baseline" if config == "baseline" else stats.verdict(sp["ci_lo"], sp["ci_hi"]))
             out.append(row)
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    for col in SPEEDUP_FIGURES:  # present even when no configuration finished (an all-failed sweep)
+        if col not in table:
+            table[col] = float("nan") if col != "verdict" else None
+    return table
+
+
+SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict")
 
 
 def attribution_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:

@@ -67,6 +67,19 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert list(reasons["config"]) == ["+cuda_graphs"] and "CUDA" in reasons["reason"].iloc[0]
 
 
+def test_overview_of_a_sweep_with_no_finished_run_says_so(monkeypatch, seeded):
+    """The crafted failed run is its sweep's only run: no bar, a sentence, and its reason."""
+    root, _ = seeded
+    at = _page(monkeypatch, root)
+    at.selectbox[0].set_value(XSS).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.get("plotly_chart")
+    assert [w.value for w in at.warning] == [
+        "No speedup to show: no configuration finished beside a finished baseline in this sweep. "
+        "What happened to each is listed below."]
+    assert at.dataframe[0].value["reason"].tolist() == [f"RuntimeError: {XSS}"]
+
+
 def test_runs_page_lists_failures_with_reasons_as_text(monkeypatch, seeded):
     root, crafted = seeded
     at = _page(monkeypatch, root, "runs")

@@ -20,8 +20,12 @@ st.caption("speedup = median(baseline step time) / median(configuration step tim
            "fail_accuracy configurations have no bar; their reasons are listed below the chart.")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} / {size} on {device}")
-    st.plotly_chart(charts.speedup_bars(t, f"{wl} {size} ({device})"), width="stretch")
-    missing = t[t["speedup"].isna()] if "speedup" in t else t
+    if t["speedup"].notna().any():
+        st.plotly_chart(charts.speedup_bars(t, f"{wl} {size} ({device})"), width="stretch")
+    else:
+        st.warning("No speedup to show: no configuration finished beside a finished baseline in this sweep. "
+                   "What happened to each is listed below.")
+    missing = t[t["speedup"].isna()]
     if len(missing):
         st.dataframe(missing[["config", "status", "reason"]], hide_index=True, width="stretch")
 geo = data.geomeans(view)
