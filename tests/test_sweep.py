@@ -3,6 +3,7 @@ small real sweep where an unsupported configuration does not stop the others."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -149,3 +150,44 @@ def test_injected_failure_does_not_stop_sweep_and_rerun_failed_reruns_only_it(en
     assert "2 to run" in p2.stdout
     second = by_status()
     assert len(run_dirs(env)) == 8 and len(second["finished"]) == 6  # only the 2 failed cells ran again
+
+
+def test_sigterm_to_the_sweep_stops_its_cell_records_it_killed_and_ingests(env, tmp_path):
+    """`kill <sweep pid>`: the running cell gets SIGTERM too (own process group), records
+    itself `killed` and is ingested; the next cell never starts; the sweep exits 143."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO, tiny_dataset
+    tiny_dataset(Path(env["HARNESS_DATA"]), "lm")  # generated beforehand: the cell starts training at once
+    path = _write(tmp_path, """
+        name: stopme
+        workloads: [lm]
+        toggles: [amp]
+        matrix: [baseline, add_one_in]
+        repeats: 1
+        base: {steps: 100000, warmup_steps: 1, profile_steps: 0}
+    """)
+    sweep = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path)], env=env, cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = Path(env["HARNESS_RESULTS"]) / "runs"
+    deadline = time.monotonic() + 300
+    while not list(runs.glob("*/metrics.jsonl")) or not list(runs.glob("*/metrics.jsonl"))[0].stat().st_size:
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+        time.sleep(0.5)
+    (running,) = runs.iterdir()
+    pid = json.loads((running / "status.json").read_text())["pid"]  # the cell's run process
+    sweep.send_signal(signal.SIGTERM)
+    out, err = sweep.communicate(timeout=180)
+    assert sweep.returncode == 128 + signal.SIGTERM, err[-600:]
+    (rec,) = runs.iterdir()  # the second cell never started
+    status = json.loads((rec / "status.json").read_text())
+    assert status["status"] == "killed"
+    with pytest.raises(ProcessLookupError):  # the cell's process is gone, not re-parented and running on
+        os.kill(pid, 0)
+    assert "ingested 1 new records" in out and "stopped by SIGTERM" in err and "1 cell(s) not started" in err
+    from results.store import load_runs
+    assert load_runs(f"sqlite:///{Path(env['HARNESS_RESULTS']) / 'mlflow.db'}")["status"].tolist() == ["killed"]

@@ -7,13 +7,20 @@ Each cell is its own process (clean memory, no compile cache shared between conf
 one failing or unsupported cell never stops the sweep. A hung cell is stopped after
 RUN_TIMEOUT_S with SIGTERM (its run writes a `killed` record); a process that dies without
 closing its record gets it closed as `failed` here.
+
+A cell runs in its own process group. SIGTERM, SIGINT (Ctrl-C) or SIGHUP to the sweep is
+forwarded to that group as SIGTERM (a second one as SIGKILL): the cell records itself `killed`,
+no later cell starts, what finished is ingested and summarized, and the sweep exits 128+signal.
+Without this, `kill <sweep pid>` left the cell running, re-parented to PID 1 and never ingested.
 """
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from harness.launch.backend import Job, SweepPlan
@@ -32,6 +39,7 @@ class LocalBackend:
         self._plan: SweepPlan | None = None
         self._bar = None
         self.statuses: list[str] = []
+        self.stopped_by = 0  # the signal that stopped the sweep; 0 while it runs
 
     # -- the protocol ------------------------------------------------------------------------
     def check(self) -> None:
@@ -59,11 +67,20 @@ class LocalBackend:
 
     def submit(self, job: Job, after: list[str]) -> str:
         if job.cells:
-            self._run_cell(job.cells[0], job.script)
+            if not self.stopped_by:  # after a stop, the cells left are not started
+                self._run_cell(job.cells[0], job.script)
         else:
             self._close_bar()
             self._ingest_and_summarize()
+            self._exit_if_stopped()
         return f"local:{job.name}"
+
+    def _exit_if_stopped(self) -> None:
+        if self.stopped_by:
+            left = len(self._plan.todo) - len(self.statuses)
+            print(f"sweep {self._plan.sweep_id} stopped by {signal.Signals(self.stopped_by).name}: the running cell "
+                  f"recorded as killed, {left} cell(s) not started; `--rerun-failed` resumes it", file=sys.stderr)
+            raise SystemExit(128 + self.stopped_by)
 
     def poll(self, ids: list[str]) -> set[str]:
         return set()
@@ -94,7 +111,7 @@ class LocalBackend:
         what = f"{cell['label']} r{cfg['repeat']}"
         bar.update(self._task, cell=f"{cfg['workload']}/{cfg['size']} {what}")
         env = {**os.environ, "HARNESS_SCHEDULER": self.name, "HARNESS_JOB_ID": f"{plan.sweep_id}#{i}"}
-        status = _run(command, env, cell, bar.console, what)
+        status, self.stopped_by = _run(command, env, cell, bar.console, what)
         self.statuses.append(status)
         bar.advance(self._task)
 
@@ -106,6 +123,7 @@ class LocalBackend:
         for job in self.render(plan)[:-1]:
             self.submit(job, [])  # cells only: their baselines come first in plan order
         self._close_bar()
+        self._exit_if_stopped()
         return self.statuses
 
     def _ingest_and_summarize(self) -> None:
@@ -132,19 +150,46 @@ def mpiexec() -> str:
     return str(here) if here.exists() else "mpiexec"
 
 
-def _run(command: str, env: dict, cell: dict, console, what: str) -> str:
-    """One cell's process to its end; its record's status."""
-    proc = subprocess.Popen(command, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _run(command: str, env: dict, cell: dict, console, what: str) -> tuple[str, int]:
+    """One cell's process (group) to its end: (its record's status, the signal that asked the
+    sweep to stop meanwhile, or 0)."""
+    proc = subprocess.Popen(command, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group: mpiexec and every rank get the signal
+    stops: list[int] = []
+
+    def forward(signum, _frame):  # runs in the main thread between syscalls; communicate() resumes after
+        stops.append(signum)
+        _signal_group(proc, signal.SIGTERM if len(stops) == 1 else signal.SIGKILL)
+
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS} if main_thread else {}
     try:
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:  # SIGTERM first: the run writes its `killed` record
-        proc.terminate()
+        _signal_group(proc, signal.SIGTERM)
         try:
             out, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             out, err = proc.communicate()
         console.print(f"  {what}: timed out after {RUN_TIMEOUT_S}s")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return _status(proc, out, err, cell, console, what), (stops[0] if stops else 0)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # already gone
+        pass
+
+
+def _status(proc: subprocess.Popen, out: str, err: str, cell: dict, console, what: str) -> str:
     m = _RESULT.match((out.strip().splitlines() or [""])[-1])
     last_err = (err.strip().splitlines() or ["no output"])[-1]
     if m is None or proc.returncode not in (0, 2):
