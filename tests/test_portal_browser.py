@@ -32,14 +32,13 @@ def _free_port() -> int:
 
 @contextmanager
 def serve(results_root: Path):
-    """`streamlit run portal/app.py` on a free loopback port over this results folder."""
+    """A bare `streamlit run portal/app.py` (only a free port given) from the repository root,
+    as a user might start it: the portal's own .streamlit/config.toml must keep it safe."""
     port = _free_port()
     env = dict(os.environ, HARNESS_RESULTS=str(results_root), PYTHONPATH=str(REPO))
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "portal" / "app.py"),
-                             "--server.address", "127.0.0.1", "--server.port", str(port),
-                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "portal/app.py", "--server.port", str(port)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -63,6 +62,23 @@ def portal_url(seeded):  # conftest's session store
         yield url
 
 
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses of the LISTEN sockets on `port`, from /proc/net/tcp and tcp6 (hex)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(addr)
+    return found
+
+
+def test_a_bare_streamlit_run_listens_on_localhost_only(portal_url):
+    port = int(portal_url.rsplit(":", 1)[1])
+    assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and no IPv6 wildcard either
+
+
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
 def test_every_page_renders_in_chromium(portal_url):
     from playwright.sync_api import sync_playwright
@@ -80,6 +96,8 @@ def test_every_page_renders_in_chromium(portal_url):
                 page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
             page.wait_for_timeout(500)
             assert page.locator("[data-testid='stException']").count() == 0, name
+            body = page.inner_text("body")
+            assert "Deploy" not in body and "Started outside the repository root" not in body, name
             page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
         browser.close()
     assert all((ARTIFACTS / f"{n}.png").stat().st_size > 10_000 for n in PAGES)
