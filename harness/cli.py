@@ -6,6 +6,7 @@ Bad input gets one line naming the problem and the valid choices, and exit statu
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -211,6 +212,9 @@ def cmd_info(name: str) -> int:
     return 0
 
 
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -264,4 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.dist import from_env
         if from_env().is_main:  # every rank finds the same problem; one line says it
             print(f"harness: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        # a full, read-only or foreign results disk: what was already written stays as it is
+        print(f"harness: error: cannot write {e.filename or 'the results'}: {e.strerror}", file=sys.stderr)
         return 2

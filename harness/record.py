@@ -111,9 +111,17 @@ class RunRecord:
         if self.finished:
             return
         self.finished = True
-        self._metrics.close()
-        self.mllog.close()
+        problem = None
+        for close in (self._metrics.close, self.mllog.close):  # buffered lines are written here
+            try:
+                close()
+            except OSError as e:  # a full disk: the record still gets its final status if it can
+                problem = problem or e
+        if problem:
+            status, reason = schema.FAILED, f"could not write the record: {problem.strerror or problem}"
         schema.close_record(self.dir, self.summary(), status, reason, self.started)
+        if problem:
+            raise problem
 
 
 class NullRecord:

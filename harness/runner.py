@@ -7,6 +7,7 @@ the samples so far are kept). Whatever happens, the record is finished before we
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import signal
 import sys
@@ -90,7 +91,8 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             status, reason = schema.FAILED, f"{type(e).__name__}: {e}".splitlines()[0]
             if dist.world > 1 and "remote worker" in reason:  # gloo's words for a dead or hung peer
                 reason = f"another rank died or hung: {reason}"
-            traceback.print_exc(file=sys.stderr)
+            if not (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)):  # a full disk is no bug
+                traceback.print_exc(file=sys.stderr)
         finally:
             if quota:
                 if dist.is_main:

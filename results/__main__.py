@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return _ingest(root, uri)
     except Exception as e:  # noqa: BLE001 - one line, exit 2; records are untouched
         from results.sqlite_store import StoreDamaged
-        what = f"cannot ingest into MLflow store {uri}: " if args.cmd == "ingest" and not isinstance(e, StoreDamaged) else ""
+        plain = isinstance(e, (StoreDamaged, PermissionError)) or args.cmd != "ingest"  # these name the store
+        what = "" if plain else f"cannot ingest into MLflow store {uri}: "
         print(f"results: error: {what}{str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
 

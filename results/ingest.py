@@ -326,6 +326,9 @@ def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, lis
     """Ingest every record under runs_root. An unreadable record ("broken") or one the store
     rejects ("failed", one line each) stays out alone while the rest go in; a store that stays
     unreachable (Transient) or is damaged (StoreDamaged) stops the whole ingest."""
+    db = sqlite_store.db_path(tracking_uri)
+    if db is not None:
+        sqlite_store.check_writable(db)
     client = client or _client(tracking_uri)
     experiment_id(client)
     known = known_runs(tracking_uri)
@@ -335,7 +338,7 @@ def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, lis
             out[ingest_run(d, tracking_uri, client, known=known)].append(d.name)
         except schema.RecordError as e:
             out["broken"].append(f"{d.name}: {e}")
-        except (Transient, sqlite_store.StoreDamaged):
+        except (Transient, sqlite_store.StoreDamaged, PermissionError):
             raise
         except Exception as e:  # noqa: BLE001 - this record alone: MLflow rejected something in it
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""

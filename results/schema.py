@@ -118,9 +118,35 @@ def open_record(run_dir: Path, started: float) -> None:
 
 def close_record(run_dir: Path, summary: dict, status: str, reason: str, started: float) -> None:
     """A record's last two writes: its summary, then its final status (last, so a reader that
-    sees a final status also sees the summary)."""
-    write_json(Path(run_dir) / SUMMARY, summary)
+    sees a final status also sees the summary). On a full disk the status still says what
+    happened when it can (see _status_in_place), and the OSError is raised."""
+    try:
+        write_json(Path(run_dir) / SUMMARY, summary)
+    except OSError as e:
+        if status != FAILED:
+            reason = f"the run was {status}, then {SUMMARY} could not be written: {e.strerror or e}"
+        _status_in_place(Path(run_dir) / STATUS, {"status": FAILED, "reason": reason, "started": started,
+                                                  "ended": time.time()})
+        raise
     write_json(Path(run_dir) / STATUS, {"status": status, "reason": reason, "started": started, "ended": time.time()})
+
+
+def _status_in_place(path: Path, st: dict) -> None:
+    """Write a final status even on a full disk: atomically if a new file fits, else over the
+    running status in place (its block is already allocated and a status is ~150 bytes).
+    Gives up quietly when neither works: the dead pid in the running status still marks the
+    record orphaned, and the next ingest closes it."""
+    try:
+        write_json(path, st)
+        return
+    except OSError:
+        pass
+    try:
+        with open(path, "r+") as f:
+            f.write(json.dumps(st, indent=1))
+            f.truncate()
+    except OSError:
+        pass
 
 
 def finalize_orphan(run_dir: Path, reason: str) -> None:
@@ -136,8 +162,12 @@ def write_json(path: Path, obj: Any) -> None:
     never share one), then os.replace, so readers never see half a file."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, default=str))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temporary file left beside the record
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

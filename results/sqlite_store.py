@@ -76,6 +76,17 @@ def ensure(db: Path) -> None:
         raise StoreDamaged(f"MLflow store {db} is damaged: {why}; {REBUILD_HINT}")
 
 
+def check_writable(db: Path) -> None:
+    """A writer's check before it starts: a read-only store (a read-only mount, a folder that
+    is not ours) is named as such, rather than by sqlite's "unable to open database file"."""
+    folder = db.parent if db.parent.exists() else next(p for p in db.parents if p.exists())
+    for p in (db, folder):
+        if p.exists() and not os.access(p, os.W_OK):
+            raise PermissionError(f"MLflow store {db} is read-only here ({p} is not writable); the records are "
+                                  "kept: ingest where the store is writable, or point MLFLOW_TRACKING_URI at a "
+                                  "tracking server")
+
+
 def _create(db: Path) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 

@@ -145,3 +145,54 @@ def test_a_half_made_store_is_named_and_rebuilt_from_the_records(tmp_path):
     again = subprocess.run([sys.executable, "-m", "results", "rebuild-store", "--results", str(tmp_path)],
                            cwd=REPO, capture_output=True, text=True, timeout=600, env=_env())
     assert again.returncode == 2 and "--force" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+def test_a_read_only_store_is_named_read_only_in_one_line(tmp_path):
+    """The store behind a read-only bind mount (as root, file modes alone don't stop writes)."""
+    import pytest
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    make_records(src / "runs", 1, sweep="")
+    assert ingest(src).returncode == 0
+    make_records(src / "runs", 1, sweep="")
+    ro.mkdir()
+    if not (_mount("--bind", str(src), str(ro)) and _mount("-o", "remount,bind,ro", str(ro))):
+        subprocess.run(["umount", str(ro)], capture_output=True)
+        pytest.skip("no bind mounts here (needs root with CAP_SYS_ADMIN)")
+    try:
+        p = ingest(ro)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    assert p.returncode == 2 and p.stdout == ""
+    (line,) = p.stderr.strip().splitlines()
+    assert "is read-only here" in line and "records are kept" in line
+
+
+def test_a_full_results_disk_ends_the_run_in_one_line_with_a_failed_record(tmp_path):
+    """A 600 KiB tmpfs filled to its last 24 KiB: the run stops at the first write that does
+    not fit, says so in one line (exit 2), its status says why, and no temporary file is left."""
+    import os
+
+    import pytest
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)):
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        (disk / "fill").write_bytes(b"\0" * (free - 24 * 1024))
+        env = {**_env(), "HARNESS_RESULTS": str(disk), "HARNESS_DATA": str(tmp_path / "data")}
+        p = subprocess.run([sys.executable, "-m", "harness", "run", "lm", "--set", "steps=30", "--set",
+                            "warmup_steps=1", "--set", "profile_steps=0"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 2, p.stderr[-800:]
+        assert p.stderr.strip().splitlines() == ["harness: error: cannot write the results: No space left on device"]
+        (rec,) = (disk / "runs").iterdir()
+        status = json.loads((rec / "status.json").read_text())
+        assert status["status"] == "failed" and "No space left on device" in status["reason"]
+        assert not [f for f in disk.rglob("*") if f.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
