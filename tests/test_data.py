@@ -123,6 +123,8 @@ def test_bad_files_are_named(tiny_root, tmp_path, damage, fragment):
     (lambda p: p.write_bytes(p.read_bytes()[:1000]), "Failed to read file"),
     (lambda p: p.write_bytes(b"not a numpy file at all" * 10), "not a numpy file"),
     (lambda p: p.unlink(), "Could not open file"),
+    (lambda p: np.save(p, np.zeros((32, 32, 31, 4), np.int16)),
+     "expected int16 (32, 32, 32, 4) (as the other files), found int16 (32, 32, 31, 4)"),
 ])
 def test_bad_files_are_named_on_the_dali_path(tiny_root, tmp_path, damage, fragment):
     """DALI opens files as its readers reach them: a bad file in a later batch is a one-line

@@ -36,10 +36,12 @@ def read_files(files: list[str], name: str | None = None):
 
 
 def iterate(define: Callable, batches: Sequence[Sequence[int]], device_id: int | None, names: list[str],
-            where: str) -> Iterator[tuple]:
+            where: str, files: Sequence[Sequence[str]] = ()) -> Iterator[tuple]:
     """Build the pipeline `define` describes (its epoch-defining reader named "data") with the
     shared settings, a batch per index batch, CPU-only when device_id is None; yield tuples of
-    torch tensors in `names` order. Files the readers can't open are a DataError naming `where`."""
+    torch tensors in `names` order. Files the readers can't open are a DataError naming `where`;
+    `files` (each reader's file sequence) lets an array of the wrong shape be named by its file,
+    since DALI only says that a batch's shapes are not uniform."""
     from nvidia.dali import pipeline_def
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -50,17 +52,44 @@ def iterate(define: Callable, batches: Sequence[Sequence[int]], device_id: int |
         it = DALIGenericIterator([pipe], names, reader_name="data", last_batch_policy=LastBatchPolicy.PARTIAL,
                                  auto_reset=False)
     except RuntimeError as e:
-        raise DataError(f"DALI could not read {where}: {_reason(e)}") from None
-    return _batches(it, names, where)
+        raise DataError(_problem(e, where, files)) from None
+    return _batches(it, names, where, files)
 
 
-def _batches(it, names: list[str], where: str) -> Iterator[tuple]:
+def _batches(it, names: list[str], where: str, files: Sequence[Sequence[str]]) -> Iterator[tuple]:
     # Readers open files as they reach them, so a missing or corrupt file can surface mid-run
     try:
         for b in it:
             yield tuple(b[0][n] for n in names)
     except RuntimeError as e:
-        raise DataError(f"DALI could not read {where}: {_reason(e)}") from None
+        raise DataError(_problem(e, where, files)) from None
+
+
+def _problem(e: RuntimeError, where: str, files: Sequence[Sequence[str]]) -> str:
+    reason = _reason(e)
+    if "uniform shape" in reason:  # find the odd file by its .npy header (only on this error path)
+        odd = next((msg for seq in files if (msg := odd_file(seq))), None)
+        if odd:
+            return odd
+    return f"DALI could not read {where}: {reason}"
+
+
+def odd_file(paths: Sequence[str]) -> str | None:
+    """The first file whose array differs in shape or dtype from most of `paths`, in the words
+    the PyTorch loaders use, or None when they all agree."""
+    from collections import Counter
+
+    from workloads.npy_io import read_header
+    heads = {}
+    for p in dict.fromkeys(paths):
+        with open(p, "rb") as f:
+            shape, dtype = read_header(f, p)
+        heads[p] = (tuple(shape), str(dtype))
+    (shape, dtype), _ = Counter(heads.values()).most_common(1)[0]
+    for p, (s, d) in heads.items():
+        if (s, d) != (shape, dtype):
+            return f"wrong array in {p}: expected {dtype} {shape} (as the other files), found {d} {s}"
+    return None
 
 
 def _reason(e: RuntimeError) -> str:

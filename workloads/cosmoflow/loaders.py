@@ -78,11 +78,13 @@ def dali_loader(root: Path, split: str, size: CosmoFlowSize, batches: Sequence[S
     if not seq:
         return iter(())
 
+    xs, ys = [str(p) for p in seq], [str(label_file(p)) for p in seq]
+
     def define():
-        x = dali_pipeline.read_files([str(p) for p in seq], name="data")
-        y = dali_pipeline.read_files([str(label_file(p)) for p in seq])
+        x = dali_pipeline.read_files(xs, name="data")
+        y = dali_pipeline.read_files(ys)
         if device_id is not None:  # GPU: hand over device tensors; preprocess runs there
             x, y = x.gpu(), y.gpu()
         return x, y
 
-    return dali_pipeline.iterate(define, batches, device_id, ["x", "y"], f"{split} data under {root}")
+    return dali_pipeline.iterate(define, batches, device_id, ["x", "y"], f"{split} data under {root}", (xs, ys))

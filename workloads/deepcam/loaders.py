@@ -88,13 +88,15 @@ def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Seq
     npy_data, npy_labels = npy_files(root, split)
     lo, inv = stats(root)
 
+    xs, ys = [str(npy_data[i]) for i in seq], [str(npy_labels[i]) for i in seq]
+
     def define():
-        x = dali_pipeline.read_files([str(npy_data[i]) for i in seq], name="data")
-        y = dali_pipeline.read_files([str(npy_labels[i]) for i in seq])
+        x = dali_pipeline.read_files(xs, name="data")
+        y = dali_pipeline.read_files(ys)
         if device_id is not None:
             x, y = x.gpu(), y.gpu()
         x = fn.normalize(x, mean=lo.reshape(1, 1, -1), stddev=(1.0 / inv).reshape(1, 1, -1), axes=[0, 1])
         return x, fn.cast(y, dtype=types.INT64)
 
     return dali_pipeline.iterate(define, batches, device_id, ["x", "y"],
-                                 f"{split} data under {root / 'npy' / split}")
+                                 f"{split} data under {root / 'npy' / split}", (xs, ys))
