@@ -22,6 +22,7 @@ from __future__ import annotations
 import mmap
 import os
 import queue
+import shutil
 import threading
 import time
 import zlib
@@ -226,6 +227,7 @@ def stage(lay: Layout, source: Path, local_root: str | Path, chunk: int = DEFAUL
         Path(f"{dest / n}.part").unlink(missing_ok=True)
     lacking = [n for n in mine if not _valid(dest / n, meta[n])]
     rep.files_verified_present = len(mine) - len(lacking)
+    _agree(lay, _space_problem(lay, dest, sum(meta[n]["bytes"] for n in lacking), len(lacking)), BadInput)
     todo = sorted(set().union(*lay.orth.allgather(lacking)))  # step 1: union over the group
     if lay.orth.size == 1 and _page_cache_reads(direct, source, todo, rep):
         errors = _copy_local(source, dest, todo, meta, rep)
@@ -308,6 +310,21 @@ def _exchange(lay: Layout, source: Path, dest: Path, todo: list[str], lacking: s
     rep.read_mode, rep.read_fallback, rep.opened = reader.mode, reader.fallback_reason, reader.opened
     rep.files_staged, rep.bytes_written = writer.files, writer.written
     return read_errors + writer.errors
+
+
+def _space_problem(lay: Layout, dest: Path, need: int, files: int) -> list[str]:
+    """Collective: does every node-local disk hold what its ranks are about to write (all
+    instances on one node that share a filesystem summed)? Checked before any byte is copied,
+    so a disk too small fails at once instead of filling up to 100%."""
+    disk = (lay.node, os.stat(dest).st_dev)
+    every = lay.world.allgather((disk, need, files))
+    need_here = sum(b for d, b, _ in every if d == disk)
+    files_here = sum(f for d, _, f in every if d == disk)
+    free = shutil.disk_usage(dest).free
+    if need_here <= free:
+        return []
+    return [f"node-local disk of {dest} ({lay.node}) has {free / 1e6:.1f} MB free; staging needs {need_here / 1e6:.1f} "
+            f"MB more for {files_here} files; nothing was copied (free space or choose another LOCAL_ROOT)"]
 
 
 def _agree(lay: Layout, errors: list[str], exc: type) -> None:

@@ -227,3 +227,25 @@ def test_a_dead_rank_without_launcher_cleanup_makes_rank_0_fail_its_record(env, 
     (run,) = run_dirs(env)
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "failed" and status["reason"].startswith("another rank died or hung")
+
+
+def test_a_local_disk_too_small_is_refused_before_any_copy(env, source, tmp_path):
+    """A 1 MiB tmpfs as the node-local disk (two ranks, one node): one line, exit 2, the disk
+    left as it was rather than filled to 100% with verified copies."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        free = shutil.disk_usage(disk).free
+        out = stage(env, 2, source, disk)
+        assert out.returncode == 2
+        (line,) = out.stderr.strip().splitlines()
+        need = sum(m["bytes"] for m in read_manifest(source)["files"].values())
+        assert line == (f"staging: error: node-local disk of {disk}/instance0 ({os.uname().nodename}) has "
+                        f"{free / 1e6:.1f} MB free; staging needs {need / 1e6:.1f} MB more for "
+                        f"{len(read_manifest(source)['files'])} files; nothing was copied (free space or choose "
+                        "another LOCAL_ROOT)")
+        assert [p.name for p in (disk / "instance0").iterdir()] == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
