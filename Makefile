@@ -14,7 +14,7 @@ ADDRESS ?= 127.0.0.1
 PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
-.PHONY: setup demo sweep rerun-failed run list system-deps test ingest portal perf gpu-check clean \
+.PHONY: setup demo sweep rerun-failed run list system-deps test ingest rebuild-store portal perf gpu-check clean \
         submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak parallel comm
 
 setup: $(STAMP)
@@ -76,6 +76,9 @@ test: setup system-deps slurm-up
 
 ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)
 	$(PY) -m results ingest
+
+rebuild-store: setup    ## a damaged sqlite store set aside and rebuilt from the records (FORCE=1: a healthy one too)
+	$(PY) -m results rebuild-store $(if $(FORCE),--force)
 
 portal: setup           ## ADDRESS=0.0.0.0 to listen beyond localhost
 	$(PY) -m streamlit run portal/app.py --server.address $(ADDRESS) --server.port $(PORT) \
