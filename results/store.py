@@ -164,6 +164,9 @@ def load_runs(tracking_uri: str | None = None, experiment: str = EXPERIMENT, use
     as mlflow.search_runs() uses the default tracking URI."""
     if tracking_uri is None:
         tracking_uri = default_tracking_uri(paths.results_root())
+    db = db_path(tracking_uri)
+    if db is not None and not db.exists():  # a reader never creates a store, nor an index beside none
+        return _frame([])
     if not use_index or experiment != EXPERIMENT:
         return _frame(_search(tracking_uri, experiment))
     path = index_path(tracking_uri)

@@ -18,10 +18,19 @@ def _modules_after(code: str) -> set[str]:
 def test_results_and_portal_do_not_import_torch_harness_workloads(tmp_path):
     mods = _modules_after("import results, results.schema, results.stats, results.ingest, "
                           "results.store, results.report, results.__main__, portal.data\n"
+                          "from results.tracking import client\n"
+                          f"client('sqlite:///{tmp_path}/s.db').search_experiments()\n"
                           f"results.load_runs('sqlite:///{tmp_path}/s.db')")
     assert {"results.store", "portal.data", "mlflow"} <= mods
     for banned in ("torch", "harness", "workloads"):
         assert not any(m == banned or m.startswith(banned + ".") for m in mods), banned
+
+
+def test_reading_where_there_is_no_store_creates_nothing(tmp_path):
+    """A mistyped results folder: readers find no runs and leave the folder as it was."""
+    from results.store import load_runs
+    assert load_runs(f"sqlite:///{tmp_path}/mlflow.db").empty
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_training_loop_does_not_import_mlflow():
