@@ -2,6 +2,8 @@
 through here (and so only through `results`): no torch, no harness, read-only."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -119,7 +121,13 @@ def refresh_button() -> None:
 
 
 def empty_state() -> None:
-    st.info("No runs recorded yet. Run `make demo` (a small CPU ablation) and press Refresh.")
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        st.info(f"No MLflow store at {uri[len('sqlite:///'):]} (the results folder is HARNESS_RESULTS, else "
+                "./results); the portal is read-only and creates none. Run `make demo` (a small CPU ablation) and "
+                "press Refresh, or start the portal with HARNESS_RESULTS set to your results folder.")
+        return
+    st.info(f"No runs recorded yet in {uri}. Run `make demo` (a small CPU ablation) and press Refresh.")
 
 
 def load_or_stop() -> pd.DataFrame:

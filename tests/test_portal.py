@@ -31,8 +31,15 @@ def _no_markdown_with(at: AppTest, text: str) -> bool:
 
 @pytest.mark.parametrize("page", ["overview", "ablation", "runs", "run_detail", "compare"])
 def test_empty_store_says_what_to_run(monkeypatch, tmp_path, page):
+    """A mistyped or empty results folder: the page names the path it looked at, and, being
+    read-only, leaves the folder as it was (no mlflow.db, no run index)."""
+    (tmp_path / "empty").mkdir()
     at = _page(monkeypatch, tmp_path / "empty", page)
-    assert any("make demo" in i.value for i in at.info)
+    assert [i.value for i in at.info] == [
+        f"No MLflow store at {tmp_path / 'empty' / 'mlflow.db'} (the results folder is HARNESS_RESULTS, else "
+        "./results); the portal is read-only and creates none. Run `make demo` (a small CPU ablation) and press "
+        "Refresh, or start the portal with HARNESS_RESULTS set to your results folder."]
+    assert list((tmp_path / "empty").iterdir()) == []
 
 
 def test_collectives_page_on_an_empty_store_says_what_to_run(monkeypatch, tmp_path):
