@@ -2,24 +2,53 @@
 user-provided strings: plotly text accepts a subset of HTML."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+import plotly.express as px
 import plotly.graph_objects as go
 
 VERDICT_COLORS = {"faster": "#2e7d32", "slower": "#c62828", "within noise": "#9e9e9e", "baseline": "#1565c0"}
 
 
-def speedup_bars(t: pd.DataFrame, title: str) -> go.Figure:
-    """Speedup per configuration with 95% CI error bars and a line at 1.0 (slowdowns < 1)."""
+VERDICT_NAMES = {"faster": "faster (CI above 1)", "slower": "slower (CI below 1)",
+                 "within noise": "within noise (CI spans 1)", "baseline": "baseline (the reference)"}
+
+
+def speedup_label(speedup: float, lo: float, hi: float, verdict: str) -> str:
+    return "1.00× reference" if verdict == "baseline" else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}]"
+
+
+def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figure:
+    """Speedup per configuration on a log axis centred on 1.0 (0.5× and 2× equally far from it):
+    a point with its 95% CI, the figure printed beside it, colour by verdict with a legend, and
+    one small dot per repeat so run-to-run noise shows. The baseline is the reference: 1.0, no CI."""
     t = t.dropna(subset=["speedup"])
-    # plain lists, not numpy arrays: the figure spec stays readable JSON (no base64 typed arrays)
-    fig = go.Figure(go.Bar(
-        x=t["config"].tolist(), y=t["speedup"].tolist(),
-        marker_color=[VERDICT_COLORS.get(v, "#9e9e9e") for v in t["verdict"]],
-        error_y=dict(type="data", symmetric=False, array=(t["ci_hi"] - t["speedup"]).tolist(),
-                     arrayminus=(t["speedup"] - t["ci_lo"]).tolist()),
-        hovertemplate="%{x}: %{y:.2f}x<extra></extra>"))
-    fig.add_hline(y=1.0, line_dash="dash", line_color="black", annotation_text="baseline 1.0x")
-    fig.update_layout(title=title, yaxis_title="speedup over baseline (x)", height=380, margin=dict(t=50, b=40))
+    order = t["config"].tolist()
+    fig = go.Figure()
+    for verdict, g in t.groupby("verdict", sort=False):
+        base = verdict == "baseline"
+        # plain lists, not numpy arrays: the figure spec stays readable JSON (no base64 typed arrays)
+        fig.add_scatter(x=g["config"].tolist(), y=[1.0] * len(g) if base else g["speedup"].tolist(), mode="markers+text",
+                        name=VERDICT_NAMES.get(verdict, verdict), marker=dict(size=13, symbol="diamond",
+                                                                              color=VERDICT_COLORS.get(verdict, "#9e9e9e")),
+                        error_y=None if base else dict(type="data", symmetric=False,
+                                                       array=(g["ci_hi"] - g["speedup"]).tolist(),
+                                                       arrayminus=(g["speedup"] - g["ci_lo"]).tolist()),
+                        text=[speedup_label(*r) for r in zip(g["speedup"], g["ci_lo"], g["ci_hi"], g["verdict"])],
+                        textposition="middle right", hovertemplate="%{x}: %{text}<extra></extra>")
+    dots = repeats[repeats["config"].isin(order)]
+    if len(dots):
+        fig.add_scatter(x=dots["config"].tolist(), y=dots["speedup"].tolist(), mode="markers", name="one repeat",
+                        marker=dict(size=6, color="rgba(0,0,0,0.35)"), hovertemplate="%{x}: %{y:.2f}×<extra>repeat</extra>")
+    ys = [v for v in [*t["ci_lo"], *t["ci_hi"], *t["speedup"], *dots["speedup"]] if v == v and v > 0] or [1.0]
+    span = max(1.25, max(max(ys), 1 / min(ys)) * 1.15)  # symmetric in log space around 1.0
+    ticks = [v for v in (0.1, 0.2, 0.25, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 4.0, 5.0, 10.0) if 1 / span <= v <= span]
+    fig.add_hline(y=1.0, line_dash="dash", line_color="black")
+    fig.update_yaxes(type="log", range=[-math.log10(span), math.log10(span)], tickvals=ticks,
+                     ticktext=[f"{v:g}×" for v in ticks], title="speedup over baseline (log scale)")
+    fig.update_xaxes(categoryorder="array", categoryarray=order)
+    fig.update_layout(title=title, height=420, margin=dict(t=50, b=40), legend_title_text="verdict")
     return fig
 
 
@@ -169,4 +198,29 @@ def bubble_curve(t: pd.DataFrame, title: str) -> go.Figure:
                             marker=dict(color=colors.get(sched, "#9e9e9e"), size=10, symbol="circle-open"))
     fig.update_layout(title=title, xaxis_title="microbatches m", yaxis_title="bubble (idle share of the step)",
                       yaxis_range=[0, 1], height=400)
+    return fig
+
+
+def validation_curve(evals: pd.DataFrame, summary: dict) -> go.Figure:
+    """Validation quality against step, named (metric, direction) with the target as a line, so
+    one point is still read correctly."""
+    metric = summary.get("quality_metric", "quality")
+    better = "higher" if summary.get("higher_is_better") else "lower"
+    fig = go.Figure(go.Scatter(x=evals["step"], y=evals["quality"], mode="lines+markers", name=metric))
+    target = summary.get("quality_target")
+    if target is not None:
+        fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:g}")
+    fig.update_layout(title=f"validation {metric} vs step ({better} is better)", xaxis_title="step",
+                      yaxis_title=metric, height=360)
+    return fig
+
+
+def mllog_timeline(ev: pd.DataFrame) -> go.Figure:
+    """MLLOG events over the run's time, one row per key, tall enough that every key is labelled."""
+    ev = ev.assign(time_s=(ev["time_ms"] - ev["time_ms"].min()) / 1000)
+    keys = list(dict.fromkeys(ev["key"]))
+    fig = px.scatter(ev, x="time_s", y="key", color="event_type", title="MLLOG events",
+                     category_orders={"key": keys})
+    fig.update_yaxes(tickmode="array", tickvals=keys, ticktext=keys, automargin=True)
+    fig.update_layout(height=max(360, 24 * len(keys) + 120), xaxis_title="time since the first event (s)")
     return fig

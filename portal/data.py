@@ -36,6 +36,11 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=CACHE_TTL_S)
+def repeat_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    return report.repeat_speedups(df)
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
 def attribution(df: pd.DataFrame) -> pd.DataFrame:
     return report.attribution_table(df, n_boot=N_BOOT)
 
@@ -118,6 +123,26 @@ def refresh_button() -> None:
         from results import store
         store.reindex(tracking_uri(), store.index_path(tracking_uri()))
         st.cache_data.clear()
+
+
+def sweeps_newest_first(df: pd.DataFrame) -> list[str]:
+    """Ablation sweeps (more than one configuration) newest first, then campaigns and other
+    single-configuration sweeps (time-to-train, weak scaling), newest first: so a page's default
+    is the newest ablation, not a lone baseline bar of the last `make ttt`."""
+    if "sweep" not in df:
+        return []
+    runs = df[df["sweep"].fillna("") != ""]
+    newest = runs.groupby("sweep")["started"].max().sort_values(ascending=False)
+    configs = runs.groupby("sweep")["config"].nunique()
+    return [s for s in newest.index if configs[s] > 1] + [s for s in newest.index if configs[s] <= 1]
+
+
+def run_labels(df: pd.DataFrame) -> list[str]:
+    """A readable label per run for pickers: workload/size config rN, start time (UTC), status."""
+    started = pd.to_datetime(df["started"], utc=True).dt.strftime("%Y-%m-%d %H:%M")
+    config = df["config"] if "config" in df else df.get("variant", "")
+    return [f"{w}/{s} {c} r{r} · {t} · {st_}" for w, s, c, r, t, st_ in
+            zip(df["workload"], df["size"], config, df["repeat"], started, df["status"])]
 
 
 def empty_state() -> None:

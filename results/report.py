@@ -155,6 +155,19 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
 SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict")
 
 
+def repeat_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per finished run: the pooled baseline median step time over the run's own median,
+    the dots drawn beside each CI so that run-to-run noise is visible."""
+    out = []
+    for key, _, samples in _labelled_groups(df) if not df.empty else ():
+        if not samples.get("baseline"):
+            continue
+        ref = float(pd.Series([x for r in samples["baseline"] for x in r]).median())
+        for config, runs in samples.items():
+            out += [dict(zip(GROUP, key), config=config, speedup=ref / float(pd.Series(r).median())) for r in runs if r]
+    return pd.DataFrame(out, columns=[*GROUP, "config", "speedup"])
+
+
 def attribution_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     """Per toggle: add-one-in gain (+t over baseline) beside leave-one-out loss (all_on over
     all_on-t). When they differ, the toggle interacts with the others."""

@@ -2,6 +2,7 @@
 dir, seeded with a real tiny sweep plus crafted failure records (one with a hostile name)."""
 from __future__ import annotations
 
+import pandas as pd
 import plotly.io
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -51,26 +52,43 @@ def test_collectives_page_on_an_empty_store_says_what_to_run(monkeypatch, tmp_pa
 
 
 def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
+    """Points with CIs on a log axis centred on 1.0, their figures printed, a legend by verdict,
+    a dot per repeat, and the same numbers in a table: all equal to the CLI's report."""
+    from portal.charts import VERDICT_NAMES, speedup_label
     root, _ = seeded
     at = _page(monkeypatch, root)
     sweep = at.selectbox[0].value
     assert sweep.startswith("portal@")
-    expected = report.speedup_table(report.records_frame(root / "runs").query("sweep == @sweep"))
+    frame = report.records_frame(root / "runs").query("sweep == @sweep")
+    want = report.speedup_table(frame).dropna(subset=["speedup"]).set_index("config")
     fig = plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)  # decodes plotly's typed arrays
-    bar = fig.data[0]
-    got = dict(zip(bar.x, bar.y))
-    want = expected.dropna(subset=["speedup"]).set_index("config")
-    assert set(got) == set(want.index) == {"baseline", "+channels_last", "+dali", "all_on"}
-    for config, y in got.items():  # the same numbers as the CLI's table
-        assert y == pytest.approx(want.loc[config, "speedup"])
-    for i, config in enumerate(bar.x):
-        hi = got[config] + bar.error_y.array[i]
-        lo = got[config] - bar.error_y.arrayminus[i]
-        assert hi == pytest.approx(want.loc[config, "ci_hi"], rel=1e-9)
-        assert lo == pytest.approx(want.loc[config, "ci_lo"], rel=1e-9)
+    points, dots = {}, []
+    for tr in fig.data:
+        if tr.name == "one repeat":
+            dots += list(tr.y)
+            continue
+        assert tr.name in VERDICT_NAMES.values()
+        for k, (x, y, text) in enumerate(zip(tr.x, tr.y, tr.text)):
+            err = (tr.error_y.array[k], tr.error_y.arrayminus[k]) if tr.error_y.array is not None else None
+            points[x] = (y, text, err)
+    assert set(points) == set(want.index) == {"baseline", "+channels_last", "+dali", "all_on"}
+    assert points["baseline"] == (1.0, "1.00× reference", None)
+    for config, (y, text, (up, down)) in ((c, p) for c, p in points.items() if c != "baseline"):
+        w = want.loc[config]
+        assert y == pytest.approx(w["speedup"]) and y + up == pytest.approx(w["ci_hi"], rel=1e-9)
+        assert y - down == pytest.approx(w["ci_lo"], rel=1e-9)
+        assert text == speedup_label(w["speedup"], w["ci_lo"], w["ci_hi"], w["verdict"])
+    assert sorted(dots) == pytest.approx(sorted(report.repeat_speedups(frame)["speedup"]))
+    assert len(dots) == 8  # 4 configurations x 2 repeats
+    lo, hi = fig.layout.yaxis.range
+    assert fig.layout.yaxis.type == "log" and lo == pytest.approx(-hi)  # centred on 1.0
     assert any(s.type == "line" and s.y0 == 1.0 for s in fig.layout.shapes)
-    # the unsupported configuration has no bar but its reason is listed
-    reasons = at.dataframe[0].value
+    numbers = at.dataframe[0].value.set_index("configuration")
+    assert numbers.loc["+dali", "speedup [95% CI]"] == speedup_label(*want.loc["+dali", ["speedup", "ci_lo", "ci_hi",
+                                                                                         "verdict"]])
+    assert numbers["baseline median step (ms)"].iloc[0] == pytest.approx(want.loc["baseline", "median_step_ms"])
+    # the unsupported configuration has no point but its reason is listed
+    reasons = at.dataframe[1].value
     assert list(reasons["config"]) == ["+cuda_graphs"] and "CUDA" in reasons["reason"].iloc[0]
 
 
@@ -84,7 +102,13 @@ def test_overview_of_a_sweep_with_no_finished_run_says_so(monkeypatch, seeded):
     assert [w.value for w in at.warning] == [
         "No speedup to show: no configuration finished beside a finished baseline in this sweep. "
         "What happened to each is listed below."]
-    assert at.dataframe[0].value["reason"].tolist() == [f"RuntimeError: {XSS}"]
+    assert at.dataframe[-1].value["reason"].tolist() == [f"RuntimeError: {XSS}"]
+
+
+def _run_ids(frame) -> list[str]:
+    """Runs rows link to Run detail (`run_detail?run=<run_id>`)."""
+    assert frame["detail"].str.startswith("run_detail?run=").all()
+    return frame["detail"].str.removeprefix("run_detail?run=").tolist()
 
 
 def test_runs_page_lists_failures_with_reasons_as_text(monkeypatch, seeded):
@@ -92,20 +116,56 @@ def test_runs_page_lists_failures_with_reasons_as_text(monkeypatch, seeded):
     at = _page(monkeypatch, root, "runs")
     df = at.dataframe[0].value
     assert len(df) == 11  # 5 cells x 2 repeats + the crafted failure
-    row = df.set_index("run_id").loc[crafted]
+    row = df.set_index(pd.Index(_run_ids(df))).loc[crafted]
     assert row["status"] == "failed" and row["reason"] == f"RuntimeError: {XSS}"
     assert set(df["status"]) == {"finished", "unsupported", "failed"}
+    assert df["started"].is_monotonic_decreasing  # newest first
+    assert (df["median_step_ms"].dropna() > 1).all()  # milliseconds, as on every other page
     assert _no_markdown_with(at, XSS)
+    assert at.caption[0].value == "11 of 11 runs, newest first"
 
 
 def test_runs_page_filters(monkeypatch, seeded):
+    """Filters start empty, meaning all; picking narrows; clearing gives every run back."""
     root, crafted = seeded
     at = _page(monkeypatch, root, "runs")
+    assert [m.value for m in at.multiselect] == [[]] * 6
     status = next(m for m in at.multiselect if m.label == "status")
     status.set_value(["failed"]).run()
-    assert list(at.dataframe[0].value["run_id"]) == [crafted]
+    assert _run_ids(at.dataframe[0].value) == [crafted]
     status.set_value(["unsupported"]).run()
     assert set(at.dataframe[0].value["config"]) == {"+cuda_graphs"}
+    status.set_value([]).run()
+    assert len(at.dataframe[0].value) == 11
+
+
+def test_run_detail_from_a_shared_link_of_an_unsupported_run(monkeypatch, seeded):
+    """?run= picks the run; an unsupported run (readable folder, no steps) shows its status,
+    reason, configuration and files, not "not readable"."""
+    root, _ = seeded
+    frames = report.records_frame(root / "runs")
+    unsupported = frames[frames["status"] == "unsupported"].iloc[0]["run_id"]
+    at = _page(monkeypatch, root, "run_detail", query={"run": unsupported})
+    assert at.selectbox[0].value == unsupported
+    assert [i.value for i in at.info] == [
+        "No training steps recorded (unsupported): the record's reason, environment and files follow."]
+    assert not at.warning and "CUDA" in at.code[0].value
+    assert [e.label for e in at.expander] == ["configuration and toggles", "environment", "artifacts"]
+    assert {"config.json", "status.json"} <= {b.label.removeprefix("download ") for b in at.get("download_button")}
+
+
+def test_run_detail_names_its_figures(monkeypatch, seeded):
+    root, _ = seeded
+    frames = report.records_frame(root / "runs")
+    finished = frames[frames["status"] == "finished"].iloc[0]["run_id"]
+    at = _page(monkeypatch, root, "run_detail", query={"run": finished})
+    assert [m.label for m in at.metric] == ["status", "median step (ms)", "samples/s", "quality"]
+    figs = [plotly.io.from_json(c.proto.spec) for c in at.get("plotly_chart")]
+    titles = [f.layout.title.text for f in figs]
+    assert "validation mae vs step (lower is better)" in titles
+    timeline = figs[titles.index("MLLOG events")]
+    keys = list(timeline.layout.yaxis.ticktext)
+    assert len(keys) > 10 and timeline.layout.height >= 24 * len(keys)  # every key labelled
 
 
 def test_run_detail_of_a_failed_run_shows_reason_verbatim(monkeypatch, seeded):
@@ -121,12 +181,13 @@ def test_run_detail_of_a_failed_run_shows_reason_verbatim(monkeypatch, seeded):
 def test_compare_two_runs_diffs_config_and_gives_verdict(monkeypatch, seeded):
     root, _ = seeded
     at = _page(monkeypatch, root, "compare")
+    at.radio[0].set_value("runs").run()
     frames = report.records_frame(root / "runs")
     frames = frames[frames["status"] == "finished"]
     a = frames[frames["toggles.channels_last"] == "False"].iloc[0]["run_id"]
     b = frames[frames["toggles.channels_last"] == "True"].iloc[0]["run_id"]
-    at.selectbox[0].set_value(a).run()
-    at.selectbox[1].set_value(b).run()
+    at.selectbox[0].set_value(b).run()  # run B first: A defaults to B's newest peer
+    at.selectbox[1].set_value(a).run()
     frames = [d.value for d in at.dataframe]  # config diff, [environment diff,] metrics
     config_diff, metrics = frames[0], frames[-1]
     assert "toggles.channels_last" in set(config_diff["key"])
@@ -140,4 +201,10 @@ def test_compare_two_runs_diffs_config_and_gives_verdict(monkeypatch, seeded):
     dirs = report.records_frame(root / "runs").set_index("run_id")["record_dir"]
     sp = stats.speedup([step_samples(dirs[a])], [step_samples(dirs[b])], n_boot=N_BOOT)
     assert step["delta [95% CI]"] == f"{sp['speedup']:.3f}x [{sp['ci_lo']:.3f}, {sp['ci_hi']:.3f}]"
-    assert step["verdict"] == stats.verdict(sp["ci_lo"], sp["ci_hi"])
+    verdict = stats.verdict(sp["ci_lo"], sp["ci_hi"])
+    assert step["verdict"] == {"faster": "B faster", "slower": "B slower"}.get(verdict, verdict)
+    quality = metrics.set_index("metric").loc["quality"]
+    assert "lower is better" in quality["verdict"] and quality["verdict"].startswith(("B better", "B worse", "same"))
+    assert any("not run-to-run variation" in c.value for c in at.caption)
+    qp = {k: v if isinstance(v, str) else v[-1] for k, v in at.query_params.items()}
+    assert qp["a"] == a and qp["b"] == b  # the link reproduces the pair

@@ -1,30 +1,45 @@
 """Overview: what each optimization buys, per workload and device, with 95% CIs."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from portal import charts, data
 
 st.title("Overview: what each optimization buys")
 df = data.load_or_stop()
-sweeps = sorted(df["sweep"].dropna().unique(), reverse=True)
-sweeps = [s for s in sweeps if s]
+sweeps = data.sweeps_newest_first(df)
 if not sweeps:
     st.info("No sweep runs yet: speedups need a baseline measured in the same sweep. Run `make demo`.")
     st.stop()
-sweep = st.selectbox("sweep", sweeps, help="a sweep instance: name@start time")
+wanted = st.query_params.get("sweep")
+sweep = st.selectbox("sweep", sweeps, index=sweeps.index(wanted) if wanted in sweeps else 0,
+                     help="a sweep instance (name@start time): ablation sweeps newest first, then campaigns")
+st.query_params["sweep"] = sweep
 view = df[df["sweep"] == sweep]
 table = data.speedups(view)
-st.caption("speedup = median(baseline step time) / median(configuration step time); error bars are "
-           "bootstrap 95% CIs over runs and steps. Below 1.0 means slower. Failed, unsupported and "
-           "fail_accuracy configurations have no bar; their reasons are listed below the chart.")
+repeats = data.repeat_speedups(view)
+st.caption("speedup = median(baseline step time) / median(configuration step time), on a log axis (0.5× as far "
+           "below 1 as 2× above). Bars are bootstrap 95% CIs over runs and steps; small dots are single repeats. "
+           "Failed, unsupported and fail_accuracy configurations have no point; their reasons are listed below.")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} / {size} on {device}")
     if t["speedup"].notna().any():
-        st.plotly_chart(charts.speedup_bars(t, f"{wl} {size} ({device})"), width="stretch")
+        st.plotly_chart(charts.speedup_chart(t, repeats[(repeats["workload"] == wl) & (repeats["size"] == size)
+                                                        & (repeats["device"] == device)], f"{wl} {size} ({device})"),
+                        width="stretch")
     else:
         st.warning("No speedup to show: no configuration finished beside a finished baseline in this sweep. "
                    "What happened to each is listed below.")
+    base_ms = t.loc[t["config"] == "baseline", "median_step_ms"]
+    numbers = pd.DataFrame({
+        "configuration": t["config"],
+        "speedup [95% CI]": [charts.speedup_label(*r) if r[0] == r[0] else "-"
+                             for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])],
+        "verdict": t["verdict"].fillna("-"), "median step (ms)": t["median_step_ms"].round(1),
+        "baseline median step (ms)": float(base_ms.iloc[0]) if len(base_ms) and base_ms.notna().all() else None,
+        "runs": t["runs"], "status": t["status"]})
+    st.dataframe(numbers, hide_index=True, width="stretch")
     missing = t[t["speedup"].isna()]
     if len(missing):
         st.dataframe(missing[["config", "status", "reason"]], hide_index=True, width="stretch")
