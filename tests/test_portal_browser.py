@@ -1,6 +1,8 @@
 """One real-browser check: the portal served by `streamlit run` on a free loopback port,
 every page loaded in headless Debian Chromium (driven by Playwright), charts rendered, no
-Streamlit exception block, screenshots saved under test-artifacts/."""
+Streamlit exception block or Streamlit internals in the text, the Overview's figures equal to
+those `results` computes from the same store, a ?run= link opening that run; a screenshot per
+page saved under test-artifacts/portal/ (kept when a test fails)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +21,6 @@ from tests.conftest import REPO
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts" / "portal"
-PAGES = {"overview": "", "ablation": "ablation", "runs": "runs", "run_detail": "run_detail", "compare": "compare"}
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -79,25 +80,80 @@ def test_a_bare_streamlit_run_listens_on_localhost_only(portal_url):
     assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and no IPv6 wildcard either
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
-def test_every_page_renders_in_chromium(portal_url):
-    from playwright.sync_api import sync_playwright
+STREAMLIT_INTERNALS = ("DeltaGenerator", "altair_chart", "write_stream")  # magic printing its own docs
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+@contextmanager
+def _browser_page():
+    from playwright.sync_api import sync_playwright
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        for name, path in PAGES.items():
-            page.goto(f"{portal_url}/{path}")
-            page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
-            if name in ("overview", "run_detail", "ablation"):
-                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)  # the chart drew
-            else:
-                page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
-            page.wait_for_timeout(500)
-            assert page.locator("[data-testid='stException']").count() == 0, name
-            body = page.inner_text("body")
-            assert "Deploy" not in body and "Started outside the repository root" not in body, name
-            page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-        browser.close()
-    assert all((ARTIFACTS / f"{n}.png").stat().st_size > 10_000 for n in PAGES)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+
+def _open(page, url: str, name: str, wait_for: str) -> str:
+    """Load a page, wait for what it must draw, screenshot it (always: a failing page's picture
+    is the first thing to look at), and return its visible text."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto(url)
+    try:
+        page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
+        page.wait_for_selector(wait_for, timeout=60_000)
+        page.wait_for_timeout(500)
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0, name
+    body = page.inner_text("body")
+    assert not [w for w in STREAMLIT_INTERNALS if w in body], name
+    assert "Deploy" not in body and "Started outside the repository root" not in body, name
+    return body
+
+
+CHART = ".js-plotly-plot .main-svg"
+TABLE = "[data-testid='stDataFrame']"
+WAIT = {"overview": CHART, "ablation": CHART, "runs": TABLE, "run_detail": CHART, "compare": TABLE, "trends": CHART}
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
+def test_every_page_renders_in_chromium(portal_url):
+    with _browser_page() as page:
+        for name, wait_for in WAIT.items():
+            _open(page, f"{portal_url}/{'' if name == 'overview' else name}", name, wait_for)
+    assert all((ARTIFACTS / f"{n}.png").stat().st_size > 10_000 for n in WAIT)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
+def test_overview_prints_the_figures_results_computes(portal_url, seeded):
+    """The labels beside the Overview's points are report.speedup_table's, from the same store."""
+    import results
+    from portal import charts
+    from results import report, stats
+    df = results.load_runs(f"sqlite:///{seeded[0] / 'mlflow.db'}")
+    df = df[df["sweep"].str.startswith("portal@")]
+    t = report.speedup_table(df, n_boot=stats.N_BOOT).dropna(subset=["speedup"])
+    want = {charts.speedup_label(*r) for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])}
+    assert len(want) >= 2  # the baseline and at least one toggle
+    with _browser_page() as page:
+        _open(page, portal_url, "overview-figures", CHART)
+        drawn = set(page.locator(".js-plotly-plot g.textpoint text").all_text_contents())
+    assert drawn == want
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
+def test_a_run_link_opens_that_run(portal_url, seeded):
+    """?run=ID reproduces the view: two finished runs' links each show their own median step
+    time (the tile's figure, from the store), not the other's."""
+    import results
+    df = results.load_runs(f"sqlite:///{seeded[0] / 'mlflow.db'}")
+    df = df[df["status"] == "finished"].assign(tile=lambda d: [f"{1000 * v:.1f}" for v in d["median_step_s"]])
+    df = df.drop_duplicates("tile")
+    (a, ta), (b, tb) = list(zip(df["run_id"], df["tile"]))[:2]
+    with _browser_page() as page:
+        for rid, mine, other in ((a, ta, tb), (b, tb, ta)):
+            body = _open(page, f"{portal_url}/run_detail?run={rid}", f"run_detail-{rid[:8]}", TABLE)
+            tile = body.split("median step (ms)", 1)[1].split()[0]
+            assert tile == mine != other, body[:2000]
+            assert f"run={rid}" in page.url
