@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--cell", default=None, help="write a sweep file that runs the plan here")
     r = sub.add_parser("roofline", help="this device's roofline ceilings: peak FLOP/s, memory bandwidth, ridge")
     r.add_argument("--device", default=None, help="cpu | cuda (default: cuda if present)")
+    g = sub.add_parser("compare", help="HEAD against BASE (git shas, refs or sweep names): median step times with "
+                                        "asv's regression rule; exit 1 on a regression")
+    g.add_argument("base")
+    g.add_argument("head")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -237,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
             return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)
+        if args.cmd == "compare":
+            from harness import compare_cmd
+            return compare_cmd.main(args.base, args.head, results_root())
         if args.cmd == "profile":
             return cmd_profile(args)
         if args.cmd == "roofline":

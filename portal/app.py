@@ -14,6 +14,7 @@ pages = [
     st.Page("pages/runs.py", title="Runs"),
     st.Page("pages/run_detail.py", title="Run detail"),
     st.Page("pages/compare.py", title="Compare"),
+    st.Page("pages/trends.py", title="Trends"),
     st.Page("pages/parallelism.py", title="Parallelism"),
     st.Page("pages/pipeline.py", title="Pipeline"),
     st.Page("pages/planner.py", title="Planner"),

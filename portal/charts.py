@@ -224,3 +224,31 @@ def mllog_timeline(ev: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(tickmode="array", tickvals=keys, ticktext=keys, automargin=True)
     fig.update_layout(height=max(360, 24 * len(keys) + 120), xaxis_title="time since the first event (s)")
     return fig
+
+
+TREND_COLORS = {"regression": "#c62828", "improvement": "#2e7d32", "first": "#1565c0"}
+
+
+def trend_chart(h: pd.DataFrame, title: str) -> go.Figure:
+    """Median step time per commit (x: commits in the order first measured), one small dot per
+    run, and a red/green marker where the regression rule (results/trends.py) fired against the
+    previous commit."""
+    fig = go.Figure()
+    for config, g in h.groupby("config", sort=False):
+        fig.add_scatter(x=g["commit"].tolist(), y=g["median_ms"].tolist(), mode="lines+markers", name=config,
+                        hovertemplate="%{x}: %{y:.2f} ms<extra>" + config + "</extra>")
+        runs = g.explode("run_medians_ms")
+        fig.add_scatter(x=runs["commit"].tolist(), y=runs["run_medians_ms"].astype(float).tolist(), mode="markers",
+                        showlegend=False, marker=dict(size=5, color="rgba(0,0,0,0.35)"),
+                        hovertemplate="%{x}: %{y:.2f} ms<extra>one run</extra>")
+    for verdict in ("regression", "improvement"):
+        m = h[h["verdict"] == verdict]
+        if len(m):
+            fig.add_scatter(x=m["commit"].tolist(), y=m["median_ms"].tolist(), mode="markers", name=verdict,
+                            marker=dict(size=16, symbol="x" if verdict == "regression" else "star",
+                                        color=TREND_COLORS[verdict]),
+                            hovertemplate="%{x}: " + verdict + "<extra></extra>")
+    fig.update_yaxes(title="median step time (ms)", rangemode="tozero")
+    fig.update_xaxes(title="commit (first measured, oldest left)", type="category")
+    fig.update_layout(title=title, height=420, margin=dict(t=50, b=40))
+    return fig

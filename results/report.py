@@ -28,7 +28,8 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
                "size": cfg["size"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
                "repeat": cfg.get("repeat", 0), "status": rec["status"]["status"],
                "reason": rec["status"].get("reason", ""), "record_dir": str(d),
-               "git_sha": rec["env"].get("git_sha"), "host": rec["env"].get("hostname"),
+               "git_sha": rec["env"].get("git_sha"), "git_dirty": rec["env"].get("git_dirty"),
+               "host": rec["env"].get("hostname"),
                "started": pd.to_datetime(rec["status"]["started"], unit="s")}
         row.update({f"toggles.{k}": str(v) for k, v in cfg["toggles"].items()})
         row.update({f"parallel.{k}": str(v) for k, v in cfg.get("parallel", {}).items()})

@@ -62,14 +62,14 @@ def _boot_medians(runs: list[np.ndarray], rng: np.random.Generator, n_boot: int)
 
 
 def speedup(baseline: Sequence[Sequence[float]], config: Sequence[Sequence[float]],
-            n_boot: int = N_BOOT, seed: int = 0) -> dict[str, float]:
+            n_boot: int = N_BOOT, seed: int = 0, level: float = CI) -> dict[str, float]:
     """Speedup of `config` over `baseline` from raw step times, grouped by run.
     Returns point estimate, CI bounds and the bootstrap replicates' standard error."""
     b, c = _as_runs(baseline), _as_runs(config)
     point = float(np.median(np.concatenate(b)) / np.median(np.concatenate(c)))
     rng = np.random.default_rng(seed)
     ratios = _boot_medians(b, rng, n_boot) / _boot_medians(c, rng, n_boot)
-    lo, hi = np.quantile(ratios, [(1 - CI) / 2, (1 + CI) / 2])
+    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
     return {"speedup": point, "ci_lo": float(lo), "ci_hi": float(hi), "replicates": ratios}
 
 
