@@ -14,7 +14,7 @@ ADDRESS ?= 127.0.0.1
 PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
-.PHONY: setup demo sweep rerun-failed run list system-deps test ingest rebuild-store portal perf gpu-check clean \
+.PHONY: setup demo sweep rerun-failed run list system-deps test test-all ingest rebuild-store portal perf gpu-check clean \
         submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak parallel comm
 
 setup: $(STAMP)
@@ -71,8 +71,11 @@ rerun-failed-slurm: setup  ## resubmit only the failed/killed cells of the lates
 tracking-server: setup   ## a shared MLflow server (sqlite backend, artifacts under results/) for many writers
 	$(PY) -m results.server --port $(TRACKING_PORT)
 
-test: setup system-deps slurm-up
-	$(PY) -m pytest -q --durations=15
+test: setup system-deps slurm-up  ## what CI runs: every test not marked slow (keeps CI under 30 min)
+	$(PY) -m pytest -q -m "not slow" --durations=15
+
+test-all: setup system-deps slurm-up  ## every test, the slow multi-rank and learning cases too
+	$(PY) -m pytest -q --durations=25
 
 ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)
 	$(PY) -m results ingest

@@ -22,7 +22,8 @@ def baseline(tmp_path, data_root, monkeypatch):
     return cfg, out.dir
 
 
-@pytest.mark.parametrize("toggle, value", [("channels_last", True), ("dali", True), ("amp", "bf16")])
+@pytest.mark.parametrize("toggle, value", [("channels_last", True), ("dali", True),
+                                           pytest.param("amp", "bf16", marks=pytest.mark.slow)])
 def test_equivalent_toggles_pass(tmp_path, baseline, toggle, value):
     cfg, ref = baseline
     on = dataclasses.replace(cfg, toggles=dataclasses.replace(cfg.toggles, **{toggle: value}),

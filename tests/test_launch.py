@@ -95,7 +95,8 @@ def _slurm_up() -> bool:
         return False
 
 
-@pytest.mark.parametrize("name", list(schedulers.SCHEDULERS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "local" else n  # local: test_sweep's
+                                  for n in schedulers.SCHEDULERS])                               # SIGTERM case covers it
 def test_submit_poll_and_cancel_through_the_real_scheduler(name, tmp_path, data_root, monkeypatch):
     if name == "slurm" and not _slurm_up():
         pytest.skip("no Slurm here (`make test` starts one: make slurm-up)")

@@ -62,8 +62,7 @@ def data_strategies(one_rank, data_root, tmp_path_factory):
             for d in ("ddp", "zero1", "fsdp")}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("data", ["ddp", "zero1", "fsdp"])
+@pytest.mark.parametrize("data", ["ddp", "zero1", "fsdp"])  # in `make test`: the core multi-rank cases
 def test_strategy_matches_one_rank_and_accounts_every_byte(data, data_strategies, one_rank):
     rec = data_strategies[data]
     assert rec["status"]["status"] == "finished", rec["status"]  # the gate passed: same losses as one rank
@@ -81,7 +80,6 @@ def test_strategy_matches_one_rank_and_accounts_every_byte(data, data_strategies
     assert s["mem_model_state_bytes_per_rank"] > 0 and s["mem_peak_bytes_per_rank"] > s["mem_model_state_bytes_per_rank"]
 
 
-@pytest.mark.slow
 def test_sharding_divides_model_state_per_rank(data_strategies):
     summaries = {d: rec["summary"] for d, rec in data_strategies.items()}
     state = {d: s["parallel"]["model_state_per_rank"][0] for d, s in summaries.items()}
