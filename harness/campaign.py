@@ -124,6 +124,11 @@ def weak(workload: str, size: str, instance_size: int, sets: list[str], device: 
                      ranks=instance_size, sweep=sweep_id).with_overrides(sets)
     cfg = base.with_overrides([f"seed={base.seed + instance}", f"repeat={instance}"])
     out = runner.execute(cfg)
+    if irank == 0:  # each instance's record into the store, as `harness run` does (concurrent ingests are safe)
+        problem = runner.ingest_quietly(out.dir, results_root())
+        if problem:
+            print(f"warning: MLflow store not updated ({problem}); the record is kept, run `make ingest`",
+                  file=sys.stderr)
     mine = {"instance": instance, "run_id": out.run_id, "dir": str(out.dir), "status": out.status} if irank == 0 else None
     leaders = [x for x in comm.gather(mine, root=0) or [] if x]
     if comm.rank != 0:

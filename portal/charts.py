@@ -252,3 +252,23 @@ def trend_chart(h: pd.DataFrame, title: str) -> go.Figure:
     fig.update_xaxes(title="commit (first measured, oldest left)", type="category")
     fig.update_layout(title=title, height=420, margin=dict(t=50, b=40))
     return fig
+
+
+def scaling_chart(t: pd.DataFrame, title: str) -> go.Figure:
+    """Strong scaling: speedup over one rank vs ranks per strategy (95% CI bars), beside the
+    ideal line speedup = ranks."""
+    fig = go.Figure()
+    top = int(max(t["ranks"].max(), 2))
+    fig.add_scatter(x=[1, top], y=[1, top], mode="lines", name="ideal (speedup = ranks)",
+                    line=dict(dash="dash", color="black"))
+    for strategy, g in t.groupby("strategy", sort=True):
+        g = g.sort_values("ranks")
+        fig.add_scatter(x=[1, *g["ranks"].tolist()], y=[1.0, *g["speedup"].tolist()], mode="lines+markers",
+                        name=strategy, error_y=dict(type="data", symmetric=False,
+                                                    array=[0, *(g["ci_hi"] - g["speedup"]).tolist()],
+                                                    arrayminus=[0, *(g["speedup"] - g["ci_lo"]).tolist()]),
+                        hovertemplate="%{x} ranks: %{y:.2f}×<extra>" + strategy + "</extra>")
+    fig.update_xaxes(title="ranks", tickvals=list(range(1, top + 1)))
+    fig.update_yaxes(title="speedup over one rank (same global batch)", rangemode="tozero")
+    fig.update_layout(title=title, height=380, margin=dict(t=50, b=40))
+    return fig

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import results
-from results import collectives, pipeline, report, roofline_report, schema, stats, trends
+from results import collectives, pipeline, report, roofline_report, scaling, schema, stats, trends
 from results.paths import results_root
 from results.tracking import default_tracking_uri
 from results.store import step_samples
@@ -173,3 +173,8 @@ def load_or_stop() -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Comparing commits")
 def history(df: pd.DataFrame) -> pd.DataFrame:
     return trends.history(trends.labelled(df))
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def weak_scaling(root: str) -> pd.DataFrame:
+    return scaling.weak(Path(root))

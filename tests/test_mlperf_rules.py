@@ -3,6 +3,7 @@ olympic scoring, weak scaling under real mpiexec, MFU and the bottleneck breakdo
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_ttt_rejects_bad_runs(env):
     assert out.returncode == 2 and "--runs must be >= 1" in out.stderr
 
 
-def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env):
+def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env, monkeypatch):
     from test_mpi import mpiexec
     out = mpiexec(env, 2, "-m", "harness", "weak", "lm", "--instance-size", "1", "--set", "toggles.mpi_staging=true",
                   timeout=900)
@@ -130,3 +131,18 @@ def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env):
         assert s["staging"]["instances"] == 2 and s["staging"]["bytes_read"] == dataset_bytes
     assert {Path(s["staged_dir"]).name for s in summaries} == {"instance0", "instance1"}
     assert "models/min" in out.stdout
+    # the Parallelism page's weak-scaling table reads the same campaign (results/scaling.py)
+    from streamlit.testing.v1 import AppTest
+
+    from results import scaling
+    w = scaling.weak(Path(env["HARNESS_RESULTS"]))
+    assert w[["instances", "converged", "ranks"]].iloc[0].tolist() == [2, 2, 2]
+    assert w["models_per_min"].iloc[0] == pytest.approx(r["models_per_min"])
+    monkeypatch.setenv("HARNESS_RESULTS", env["HARNESS_RESULTS"])
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    at = AppTest.from_file(str(REPO / "portal" / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/parallelism.py").run()
+    assert not at.exception and at.info[0].value.startswith("No multi-rank strategy runs yet")
+    shown = at.dataframe[0].value
+    assert shown["models_per_min"].iloc[0] == pytest.approx(r["models_per_min"]) and shown["sweep"].iloc[0] == r["sweep"]

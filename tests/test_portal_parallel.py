@@ -86,7 +86,14 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
     assert shown.loc["zero1@2", "claim"].startswith("optimizer state per rank = 0.500 of DDP's")
     text = " ".join(str(c.value) for c in at.caption)
     assert "same global batch as the one-rank baseline" in text and "DeltaGenerator" not in text
-    assert len(at.get("plotly_chart")) == 2
+    assert len(at.get("plotly_chart")) == 3  # collectives, memory, strong scaling
+    scaled = at.dataframe[1].value.set_index("strategy")  # strong scaling: efficiency = speedup / ranks
+    assert sorted(scaled.index) == ["ddp", "fsdp", "pp2-1f1b-m2", "pp2-gpipe-m2", "zero1"]
+    assert (scaled["ranks"] == 2).all()
+    for strategy, r in scaled.iterrows():
+        assert r["speedup"] == pytest.approx(want.loc[f"{strategy}@2", "speedup"], rel=1e-9)
+        assert r["efficiency"] == pytest.approx(r["speedup"] / 2) and r["eff_lo"] <= r["efficiency"] <= r["eff_hi"]
+    assert any("Weak scaling: no campaign yet" in c.value for c in at.caption)
     shown_text = at.text[0].value.splitlines()
     assert shown_text == [report.verdict_line(r) for _, r in want.reset_index().iterrows()]
 

@@ -5,7 +5,21 @@ from __future__ import annotations
 import streamlit as st
 
 from portal import charts, data
+from results import scaling
+from results.paths import results_root
 from results.report import COLLECTIVES, verdict_line
+
+
+def show_weak_scaling() -> None:
+    weak = data.weak_scaling(str(results_root()))
+    if weak.empty:
+        st.caption("Weak scaling: no campaign yet (`make weak WORKLOAD=cosmoflow INSTANCES=2`: M concurrent "
+                   "instances, each trained to target; models/min = M / TTTa).")
+    else:
+        st.caption("Weak scaling (MLPerf HPC): M instances train concurrently, each to its target; TTTa = latest "
+                   "run_stop - earliest run_start, models/min = M / TTTa.")
+        st.dataframe(weak, hide_index=True, width="stretch")
+
 
 st.title("Parallelism: strategies, collectives and memory")
 df = data.load_or_stop()
@@ -13,6 +27,7 @@ table_all = data.parallel(df)
 if table_all.empty:
     st.info("No multi-rank strategy runs yet. Run `make parallel` (ddp, zero1, fsdp, tensor and sequence "
             "parallel under mpiexec).")
+    show_weak_scaling()
     st.stop()
 sweeps = sorted({s for s in df.loc[df["config"].astype(str).str.contains("@"), "sweep"].dropna() if s},
                 reverse=True)
@@ -41,6 +56,20 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     c1.plotly_chart(charts.collective_bars(t, COLLECTIVES, "collectives per step: measured vs theory"),
                     width="stretch")
     c2.plotly_chart(charts.memory_bars(t, "model state per rank"), width="stretch")
+
+st.subheader("scaling")
+strong = scaling.strong(table)
+if strong.empty:
+    st.caption("Strong scaling needs parallel cells with a finished one-rank baseline in the same sweep.")
+for (wl, size, device), t in strong.groupby(["workload", "size", "device"]):
+    st.plotly_chart(charts.scaling_chart(t, f"{wl} {size} ({device}): strong scaling"), width="stretch")
+    st.caption("Efficiency = speedup over one rank / ranks (1.0 = perfect), its 95% CI the speedup's divided by "
+               "the ranks. Every cell trains the one-rank global batch, split over the ranks.")
+    st.dataframe(t.drop(columns=["workload", "size", "device"]), hide_index=True, width="stretch", column_config={
+        "median_step_ms": st.column_config.NumberColumn("median step (ms)", format="%.1f"),
+        **{c: st.column_config.NumberColumn(c, format="%.2f") for c in
+           ("speedup", "ci_lo", "ci_hi", "efficiency", "eff_lo", "eff_hi")}})
+show_weak_scaling()
 
 st.subheader("communication time predicted from the collectives benchmark")
 try:
