@@ -27,6 +27,8 @@ FROZEN = {
     # the roofline's ceilings of one device (the issue names the command)
     "roofline": ["--device"],
     "plan": ["--cell", "--devices", "--global-batch", "--schedule", "--size", "--strategy", "--workload"],
+    # the regression gate over recorded runs (the portal issue names `harness compare BASE HEAD`)
+    "compare": ["base", "head"],
 }
 
 
