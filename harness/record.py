@@ -79,6 +79,13 @@ class RunRecord:
                 if self.info.get("flops_per_sample"):
                     out["achieved_tflops"] = out["samples_per_s"] * self.info["flops_per_sample"] / 1e12
                     out.update(self._mfu(out["samples_per_s"]))
+        m = self.info.get("machine", {})
+        for key in ("others_cpu_frac", "steal_frac", "cpu_per_wall", "cpus"):
+            if m.get(key) is not None:
+                out[key] = m[key]
+        for when in ("start", "end"):
+            if m.get(when, {}).get("loadavg_1m") is not None:
+                out[f"load_1m_{when}"] = m[when]["loadavg_1m"]
         if self.steps:
             out["final_loss"] = self.steps[-1]["loss"]
         if self.evals:

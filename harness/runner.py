@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import dist as dist_mod
-from harness import envinfo, rank_cpu, registry
+from harness import envinfo, machine_state, rank_cpu, registry
 from harness.config import RunConfig
 from harness.errors import BadInput, Killed, Unsupported
 from harness.record import NullRecord, RunRecord
@@ -74,7 +74,12 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
                 raise Unsupported(reason)
             size = workload.sizes[cfg.size]
             data.ensure_dataset(workload, size, data.dataset_root(cfg), cfg.data_seed)
-            loop.train(cfg, workload, rec, dist)
+            machine = machine_state.begin() if dist.is_main else None
+            try:
+                loop.train(cfg, workload, rec, dist)
+            finally:  # what else ran meanwhile, for the stability verdict (results/stability.py)
+                if machine is not None:
+                    rec.info["machine"] = machine_state.end(machine, max(1, dist.world // rec.info.get("nodes", 1)))
             status = schema.FINISHED
             if cfg.reference_run and (cfg.toggles.enabled() or dist.world > 1) and dist.is_main:
                 from harness import gate

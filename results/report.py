@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results import labels, schema, stats
+from results import labels, schema, stability, stats
 from results.collectives import COLLECTIVES
 from results.store import step_samples
 from results.toggles import NAMES
@@ -141,6 +141,7 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
             runs = samples.get(config)
             if runs:
                 row["median_step_ms"] = 1000 * float(pd.Series([x for r in runs for x in r]).median())
+                row["stability"] = stability.verdict(c[c["status"] == schema.FINISHED], runs)
             if runs and base_runs:
                 sp = stats.speedup(base_runs, runs, n_boot=n_boot)
                 row.update(speedup=sp["speedup"], ci_lo=sp["ci_lo"], ci_hi=sp["ci_hi"],
@@ -307,14 +308,14 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
     table = speedup_table(df)
     t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI")
     for col in ("workload", "size", "device", "config", "runs", "status", "median step (ms)",
-                "speedup [95% CI]", "verdict / reason"):
+                "speedup [95% CI]", "verdict / reason", "stability"):
         t.add_column(col)
     for _, r in table.iterrows():
         sp = _fmt(r.get("speedup"), r.get("ci_lo"), r.get("ci_hi"))
         ms = "" if pd.isna(r.get("median_step_ms")) else f"{r['median_step_ms']:.1f}"
         note = r.get("verdict") if isinstance(r.get("verdict"), str) else ""
         t.add_row(r["workload"], r["size"], r["device"], r["config"], str(r["runs"]), r["status"], ms, sp,
-                  note or r.get("reason", ""))
+                  note or r.get("reason", ""), r.get("stability") if isinstance(r.get("stability"), str) else "")
     console = Console(width=200)
     console.print(t)
     attr = attribution_table(df)
@@ -351,3 +352,15 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
             gt.add_row(r["device"], r["config"], str(r["workloads"]), _fmt(r["geomean"], r["ci_lo"], r["ci_hi"]))
         console.print(gt)
     return table
+
+
+def stability_warning(runs_root: Path, sweep: str) -> str | None:
+    """The sweep's one-line warning when any configuration measured unstable (no bootstrap)."""
+    df = records_frame(runs_root)
+    if df.empty or "sweep" not in df:
+        return None
+    rows = []
+    for key, g, samples in _labelled_groups(df[df["sweep"] == sweep]):
+        for config, c in g[g["status"] == schema.FINISHED].groupby("config", sort=False):
+            rows.append({"config": config, "stability": stability.verdict(c, samples.get(config))})
+    return stability.warning(pd.DataFrame(rows))

@@ -24,7 +24,8 @@ def step_summary(step_s: Sequence[float]) -> dict[str, float]:
         return {}
     q10, q25, q50, q75, q90 = np.percentile(a, [10, 25, 50, 75, 90])
     return {"median_step_s": float(q50), "mean_step_s": float(a.mean()), "p10_step_s": float(q10),
-            "p90_step_s": float(q90), "iqr_step_s": float(q75 - q25), "n_steps": int(a.size)}
+            "p90_step_s": float(q90), "iqr_step_s": float(q75 - q25), "n_steps": int(a.size),
+            "cv_step": float(a.std() / a.mean()) if a.mean() > 0 else 0.0}  # pyperf warns above 0.10
 
 
 def _as_runs(runs: Sequence[Sequence[float]]) -> list[np.ndarray]:

@@ -87,6 +87,9 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert numbers.loc["+dali", "speedup [95% CI]"] == speedup_label(*want.loc["+dali", ["speedup", "ci_lo", "ci_hi",
                                                                                          "verdict"]])
     assert numbers["baseline median step (ms)"].iloc[0] == pytest.approx(want.loc["baseline", "median_step_ms"])
+    for config in want.index:  # the stability verdict, as results judges it from the same records
+        assert numbers.loc[config, "stability"] == want.loc[config, "stability"]
+        assert want.loc[config, "stability"] == "stable" or want.loc[config, "stability"].startswith("unstable: ")
     # the unsupported configuration has no point but its reason is listed
     reasons = at.dataframe[1].value
     assert list(reasons["config"]) == ["+cuda_graphs"] and "CUDA" in reasons["reason"].iloc[0]

@@ -21,7 +21,9 @@ table = data.speedups(view)
 repeats = data.repeat_speedups(view)
 st.caption("speedup = median(baseline step time) / median(configuration step time), on a log axis (0.5× as far "
            "below 1 as 2× above). Bars are bootstrap 95% CIs over runs and steps; small dots are single repeats. "
-           "Failed, unsupported and fail_accuracy configurations have no point; their reasons are listed below.")
+           "Failed, unsupported and fail_accuracy configurations have no point; their reasons are listed below. "
+           "Stability: 'unstable' names why a configuration's numbers can't be trusted (step-time CV above 10%, "
+           "other processes above 10% of the CPUs, steal above 5%, repeat medians more than 1.10x apart).")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} / {size} on {device}")
     if t["speedup"].notna().any():
@@ -38,7 +40,8 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
                              for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])],
         "verdict": t["verdict"].fillna("-"), "median step (ms)": t["median_step_ms"].round(1),
         "baseline median step (ms)": float(base_ms.iloc[0]) if len(base_ms) and base_ms.notna().all() else None,
-        "runs": t["runs"], "status": t["status"]})
+        "runs": t["runs"], "status": t["status"],
+        "stability": t["stability"].fillna("-") if "stability" in t else "-"})
     st.dataframe(numbers, hide_index=True, width="stretch")
     missing = t[t["speedup"].isna()]
     if len(missing):

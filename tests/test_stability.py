@@ -1,0 +1,77 @@
+"""A loaded machine is detected and named: every run records what else the machine was doing,
+the stability verdict says why a configuration can't be trusted, and a sweep measured under
+a real background load ends with a one-line warning naming the cause."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from results import stability
+from tests.conftest import harness, run_dirs
+
+
+def test_thresholds_and_reasons():
+    rows = pd.DataFrame([{"others_cpu_frac": 0.02, "cpus": 2, "load_1m_end": 1.1, "steal_frac": 0.0, "cv_step": 0.03},
+                         {"others_cpu_frac": 0.45, "cpus": 2, "load_1m_end": 4.5, "steal_frac": 0.07, "cv_step": 0.31}])
+    assert stability.verdict(rows.iloc[:1]) == stability.STABLE
+    v = stability.verdict(rows)  # the worst run's figures, one line per cause
+    assert v == ("unstable: other processes used 45% of the 2 CPUs during the run, load average 4.5 at its end; "
+                 "the hypervisor took 7% of CPU time (steal); step times vary 31% within a run (CV above pyperf's 10%)")
+    spread = stability.verdict(rows.iloc[:1], [[0.010] * 5, [0.0125] * 5])
+    assert spread == "unstable: repeat medians differ by 25% (10.0 to 12.5 ms)"
+    assert stability.verdict(pd.DataFrame([{"status": "finished"}])) == stability.STABLE  # old records: nothing to judge
+    table = pd.DataFrame({"config": ["baseline", "+x"], "stability": [stability.STABLE, v]})
+    assert stability.warning(table) == ("warning: 1 of 2 configurations measured unstable (other processes used 45% "
+                                        "of the 2 CPUs during the run, load average 4.5 at its end): these speedups "
+                                        "can't be trusted; rerun on a quiet machine")
+
+
+@contextmanager
+def burners(n: int = 2):
+    """n real processes spinning on the CPU, in their own session (not the run's group)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_run_records_the_machine_and_names_the_load(env):
+    with burners() as procs:
+        p = harness(env, "run", "lm", "--set", "steps=12", "--set", "warmup_steps=2", "--no-ingest")
+    assert p.returncode == 0, p.stderr
+    (d,) = run_dirs(env)
+    summary = json.loads((d / "summary.json").read_text())
+    for key in ("others_cpu_frac", "steal_frac", "cpu_per_wall", "cpus", "load_1m_start", "load_1m_end", "cv_step"):
+        assert key in summary, key
+    assert summary["others_cpu_frac"] > stability.OTHERS_MAX  # two spinning processes on this machine's CPUs
+    start = summary["machine"]["start"]
+    assert {b["pid"] for b in start["busiest"]} & {p.pid for p in procs}  # the burners named by pid
+    reasons = stability.run_reasons(pd.Series(summary))
+    assert reasons and reasons[0].startswith("other processes used")
+
+
+def test_a_sweep_under_load_ends_with_the_warning(env, tmp_path):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(textwrap.dedent("""
+        name: loaded
+        workloads: [lm]
+        repeats: 1
+        matrix: [baseline]
+        base: {steps: 10, warmup_steps: 2}
+    """))
+    with burners():
+        p = harness(env, "sweep", str(sweep))
+    assert p.returncode == 0, p.stderr
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("warning: 1 of 1 configurations measured unstable (other processes used"), last
+    assert "unstable:" in p.stdout  # the summary table's stability column
+    assert Path(env["HARNESS_RESULTS"], "runs").is_dir()
