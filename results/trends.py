@@ -83,14 +83,15 @@ def _rev_parse(ref: str, repo) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def drift(g: pd.DataFrame) -> float:
+def drift(g: pd.DataFrame, cache: dict | None = None) -> float:
     """One series' largest same-commit drift: over commits measured by 2+ sweeps, the largest
     ratio of one sweep's pooled median step time to another's (1.0 when never rerun)."""
     worst = 1.0
     for _, c in g.groupby("git_sha"):
         if c["sweep"].nunique() < 2:
             continue
-        meds = [float(np.median(np.concatenate(r))) for r in (_samples(s) for _, s in c.groupby("sweep")) if r]
+        meds = [float(np.median(np.concatenate(r)))
+                for r in (_samples(s, cache) for _, s in c.groupby("sweep")) if r]
         if len(meds) > 1:
             worst = max(worst, max(meds) / min(meds))
     return worst
@@ -116,8 +117,14 @@ def decide(base: list[list[float]], head: list[list[float]], threshold: float = 
             "threshold": threshold, "verdict": verdict}
 
 
-def _samples(g: pd.DataFrame) -> list[list[float]]:
-    return [s for s in (step_samples(d) for d in g["record_dir"]) if s]
+def _samples(g: pd.DataFrame, cache: dict | None = None) -> list[list[float]]:
+    """Steady step times per run of `g`; `cache` (record dir -> samples) keeps one read per
+    metrics file when drift, base, head and baselines look at the same runs."""
+    cache = {} if cache is None else cache
+    for d in g["record_dir"]:
+        if d not in cache:
+            cache[d] = step_samples(d)
+    return [cache[d] for d in g["record_dir"] if cache[d]]
 
 
 def _one_clean_commit(g: pd.DataFrame) -> str:
@@ -128,15 +135,15 @@ def _one_clean_commit(g: pd.DataFrame) -> str:
 
 def compare(df: pd.DataFrame, base: pd.Series, head: pd.Series) -> pd.DataFrame:
     """One row per series (workload, size, device, configuration) present on both sides."""
-    rows = []
+    rows, cache = [], {}
     heads = {k: g for k, g in df[head].groupby(SERIES, dropna=False)}
     every = {k: g for k, g in df.groupby(SERIES, dropna=False)}
     for key, g in df[base].groupby(SERIES, dropna=False):
         if key not in heads:
             continue
-        b, h = _samples(g), _samples(heads[key])
+        b, h = _samples(g, cache), _samples(heads[key], cache)
         if b and h:
-            d = decide(b, h, max(RATIO, drift(every[key])))
+            d = decide(b, h, max(RATIO, drift(every[key], cache)))
             sha = _one_clean_commit(g)
             if sha and sha == _one_clean_commit(heads[key]):
                 d["verdict"] = RERUN
@@ -150,15 +157,15 @@ def history(df: pd.DataFrame) -> pd.DataFrame:
     per-run medians, speedup over the same commit's baseline, and the verdict against the
     previous commit measured for that series."""
     df = df[df["git_sha"].notna() & (df["git_sha"].astype(str) != "")]
-    rows = []
+    rows, cache = [], {}
     for key, g in df.groupby(SERIES[:3], dropna=False):
         order = g.groupby("git_sha")["started"].min().sort_values().index
-        baseline = {sha: _samples(c) for sha, c in g[g["config"] == "baseline"].groupby("git_sha")}
+        baseline = {sha: _samples(c, cache) for sha, c in g[g["config"] == "baseline"].groupby("git_sha")}
         for config, c in g.groupby("config"):
-            threshold = max(RATIO, drift(c))
+            threshold = max(RATIO, drift(c, cache))
             prev = None
             for sha in order:
-                runs = _samples(c[c["git_sha"] == sha])
+                runs = _samples(c[c["git_sha"] == sha], cache)
                 if not runs:
                     continue
                 pooled = np.concatenate(runs)
