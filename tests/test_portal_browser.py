@@ -114,14 +114,38 @@ def _open(page, url: str, name: str, wait_for: str) -> str:
 
 CHART = ".js-plotly-plot .main-svg"
 TABLE = "[data-testid='stDataFrame']"
-WAIT = {"overview": CHART, "ablation": CHART, "runs": TABLE, "run_detail": CHART, "compare": TABLE, "trends": CHART}
+HEADING = "[data-testid='stMainBlockContainer'] h1"
+WAIT = {"overview": CHART, "ablation": CHART, "runs": TABLE, "run_detail": CHART, "compare": TABLE, "trends": CHART,
+        "parallelism": HEADING}
+
+
+def _expected_text(root: Path) -> dict[str, list[str]]:
+    """What each page must say about the seeded store, from `results` on the same records."""
+    import results
+    from results import report
+    df = results.load_runs(f"sqlite:///{root / 'mlflow.db'}")
+    sha = report.records_frame(root / "runs")["git_sha"].dropna().iloc[0]
+    return {
+        "overview": ["Overview: what each optimization buys", "cosmoflow / tiny on cpu",
+                     "Stability: 'unstable' names why"],
+        "ablation": ["+cuda_graphs: no bar, unsupported:"],
+        "runs": [f"{len(df)} of {len(df)} runs, newest first"],
+        "run_detail": ["median step (ms)", "download config.json"],
+        "compare": ["2 run(s) of A, 2 of B: the CI resamples runs, then steps within them"],
+        "trends": [f"every run is from one commit ({sha[:10]})", "No regression across 1 commit(s)"],
+        "parallelism": ["No multi-rank strategy runs yet", "Weak scaling: no campaign yet"],
+    }
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
-def test_every_page_renders_in_chromium(portal_url):
+def test_every_page_renders_in_chromium(portal_url, seeded):
+    """Every page drawn, and saying what `results` says about the same store."""
+    expected = _expected_text(seeded[0])
     with _browser_page() as page:
         for name, wait_for in WAIT.items():
-            _open(page, f"{portal_url}/{'' if name == 'overview' else name}", name, wait_for)
+            body = _open(page, f"{portal_url}/{'' if name == 'overview' else name}", name, wait_for)
+            missing = [text for text in expected[name] if text not in body]
+            assert not missing, (name, missing)
     assert all((ARTIFACTS / f"{n}.png").stat().st_size > 10_000 for n in WAIT)
 
 
