@@ -114,18 +114,28 @@ def _loader_paths(r: _ReadSetup) -> dict[str, tuple[str, Callable]]:
     if wl.threaded_loader:  # reads a batch with the rank's threads: also show one thread
         paths["torch, 1 reader thread"] = ("torch", lambda b: wl.torch_loader(root, "train", size, b, threads=1))
         paths[f"raw_read, {parallel_fill.rank_threads()} threads"] = ("torch", lambda b: _raw_parallel(r, b))
+        paths[f"raw_read into batch buffers, {parallel_fill.rank_threads()} threads"] = (
+            "torch", lambda b: _raw_parallel(r, b, into_batch=True))
     return paths
 
 
-def _raw_parallel(r: _ReadSetup, batches: list) -> Iterator[None]:
+def _raw_parallel(r: _ReadSetup, batches: list, into_batch: bool = False) -> Iterator[None]:
     """Plain reads of each batch's files (in the loaders' sample order) with the rank's
     threads, each thread into its own reused buffer: the limit for a loader reading with as
-    many threads. Not a loader; it shows what the sequential-read reference leaves out."""
+    many threads. Not a loader; it shows what the sequential-read reference leaves out.
+    into_batch: each sample's files land in its own slot of a new batch-sized buffer, as a
+    loader's batch must. With samples of ~1 MB the reused buffer stays in the core's cache and
+    a batch does not, so this is the limit for a loader that hands its batch on (DeepCAM tiny:
+    7.5 MB per batch)."""
     files = r.reads["torch"].files
     k = len(files) // sum(len(b) for b in batches)  # files per sample
     local = threading.local()
 
-    def read(group: list[Path], j: int) -> None:
+    def read(group: list[Path], j: int, batch) -> None:
+        if batch is not None:
+            for i, p in enumerate(group[j * k:(j + 1) * k]):
+                _read_whole(p, memoryview(batch[j * k + i]))
+            return
         if not hasattr(local, "buf"):
             local.buf = bytearray(len(r.buf))
         for p in group[j * k:(j + 1) * k]:
@@ -135,7 +145,8 @@ def _raw_parallel(r: _ReadSetup, batches: list) -> Iterator[None]:
     for b in batches:
         group = files[pos:pos + k * len(b)]
         pos += len(group)
-        parallel_fill.fill(len(b), lambda j: read(group, j), parallel_fill.rank_threads())
+        batch = np.empty((len(group), len(r.buf)), np.uint8) if into_batch else None
+        parallel_fill.fill(len(b), lambda j: read(group, j, batch), parallel_fill.rank_threads())
         yield None
 
 
@@ -173,11 +184,14 @@ def _loader_figures(workload: str, size_name: str, rounds: int, epochs: int | No
 
 def loader_throughput(rounds: int = 7, workloads: list[str] | None = None) -> dict:
     """Every loader path of every registered workload (tiny), as a fraction of raw reads of the
-    same files. Target (the issue's, set with 256 KiB .npy samples): CosmoFlow's PyTorch path >= 0.90."""
+    same files. Target: CosmoFlow's and DeepCAM's PyTorch paths >= 0.90 (issue 15). Measured
+    2026-12-01, DeepCAM tiny (HDF5, 0.94 MB per sample): 0.096 with h5py per file, 0.62
+    [0.58, 0.63] with positioned reads and min-max normalisation in the reader threads; the
+    read alone runs at ~1.2x raw read, the normalisation on the CPU is the rest."""
     out = {wl: _loader_figures(wl, "tiny", rounds) for wl in workloads or registry.names()}
-    out["target"] = "cosmoflow torch path >= 0.90 of raw read (median of paired ratios)"
-    if "cosmoflow" in out:
-        out["meets_target"] = out["cosmoflow"]["torch"]["fraction_of_raw_read"] >= 0.9
+    out["target"] = "cosmoflow and deepcam torch paths >= 0.90 of raw read (median of paired ratios)"
+    out["meets_target"] = {wl: out[wl]["torch"]["fraction_of_raw_read"] >= 0.9
+                           for wl in ("cosmoflow", "deepcam") if wl in out}
     return out
 
 

@@ -32,7 +32,7 @@ class DeepCAM:
     # 2026-12-01; the earlier, non-reference placement reached it at 400), so 1200 leaves margin
     reference: Reference = Reference(full_size="full", full_params=56_454_720, larger_size="small",
                                      ttt_step_cap=1200, ttt_eval_every=50)
-    threaded_loader: bool = False
+    threaded_loader: bool = True  # its PyTorch loader fills a batch with the rank's threads
     data_version: int = 2  # 2: vortices of radius 2.5-3.5 px (were 1.5-2.5: below what a stride-16 encoder resolves)
     mlperf_quality_key: str = "eval_accuracy"
 
@@ -96,9 +96,9 @@ class DeepCAM:
         e = model.encoder
         return [e.block1, e.block2, e.block3, *e.middle, e.block20]
 
-    def torch_loader(self, root, split, size, batches):
+    def torch_loader(self, root, split, size, batches, threads=None):
         from workloads.deepcam.loaders import torch_loader
-        return torch_loader(root, split, size, batches)
+        return torch_loader(root, split, size, batches, threads)
 
     def dali_loader(self, root, split, size, batches, device_id):
         from workloads.deepcam.loaders import dali_loader
