@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results import labels, schema, stability, stats
+from results import labels, paired, schema, stability, stats
+from results.paired import Runs
 from results.collectives import COLLECTIVES
 from results.store import step_samples
 from results.toggles import NAMES
@@ -108,13 +109,16 @@ def label_configs(df: pd.DataFrame) -> pd.Series:
     return labels
 
 
-def _finished_samples(g: pd.DataFrame) -> dict[str, list[list[float]]]:
+def _finished_samples(g: pd.DataFrame) -> dict[str, Runs]:
     """config label -> raw steady step times per finished run (fail_accuracy etc. excluded)."""
-    out: dict[str, list[list[float]]] = {}
+    out: dict[str, Runs] = {}
     for config, c in g[g["status"] == schema.FINISHED].groupby("config", sort=False):
-        runs = [r for r in (step_samples(d) for d in c["record_dir"]) if r]
-        if runs:
-            out[config] = runs
+        sweeps = c["sweep"] if "sweep" in c else pd.Series("", index=c.index)
+        repeats = c["repeat"] if "repeat" in c else pd.Series(0, index=c.index)
+        got = [(r, (str(sw), str(rep))) for r, sw, rep in
+               zip((step_samples(d) for d in c["record_dir"]), sweeps, repeats) if r]
+        if got:
+            out[config] = Runs([r for r, _ in got], [k for _, k in got])
     return out
 
 
@@ -128,7 +132,9 @@ def _labelled_groups(df: pd.DataFrame):
 
 def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     """Rows: workload, size, device, config, runs, status, median_step_ms, speedup, ci_lo,
-    ci_hi, verdict, reason. Speedups only for finished runs with a finished baseline."""
+    ci_hi, verdict, reason, stability, and beside the pooled ratio of medians the paired
+    speedup (paired_speedup, paired_lo, paired_hi over `pairs` repeats). Speedups only for
+    finished runs with a finished baseline."""
     if df.empty:
         return pd.DataFrame()
     out = []
@@ -146,6 +152,8 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
                 sp = stats.speedup(base_runs, runs, n_boot=n_boot)
                 row.update(speedup=sp["speedup"], ci_lo=sp["ci_lo"], ci_hi=sp["ci_hi"],
                            verdict="baseline" if config == "baseline" else stats.verdict(sp["ci_lo"], sp["ci_hi"]))
+                if config != "baseline":
+                    row.update(paired.paired_speedup(base_runs, runs, n_boot=n_boot) or {})
             out.append(row)
     table = pd.DataFrame(out)
     for col in SPEEDUP_FIGURES:  # present even when no configuration finished (an all-failed sweep)
@@ -154,7 +162,8 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     return table
 
 
-SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict")
+SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict",
+                   "paired_speedup", "paired_lo", "paired_hi", "pairs")
 
 
 def repeat_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -306,17 +315,19 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
     df = records_frame(runs_root)
     df = df[df.get("sweep", pd.Series(dtype=str)) == sweep] if not df.empty else df
     table = speedup_table(df)
-    t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI")
+    t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI; "
+                    "paired = median over repeats of the same ratio within each repeat")
     for col in ("workload", "size", "device", "config", "runs", "status", "median step (ms)",
-                "speedup [95% CI]", "verdict / reason", "stability"):
+                "speedup [95% CI]", "paired [95% CI] n=pairs", "verdict / reason", "stability"):
         t.add_column(col)
     for _, r in table.iterrows():
         sp = _fmt(r.get("speedup"), r.get("ci_lo"), r.get("ci_hi"))
+        pair_txt = _fmt(r.get("paired_speedup"), r.get("paired_lo"), r.get("paired_hi"))
         ms = "" if pd.isna(r.get("median_step_ms")) else f"{r['median_step_ms']:.1f}"
         note = r.get("verdict") if isinstance(r.get("verdict"), str) else ""
         t.add_row(r["workload"], r["size"], r["device"], r["config"], str(r["runs"]), r["status"], ms, sp,
-                  note or r.get("reason", ""), r.get("stability") if isinstance(r.get("stability"), str) else "")
-    console = Console(width=200)
+                  pair_txt and f"{pair_txt} n={int(r['pairs'])}", note or r.get("reason", ""), r.get("stability") if isinstance(r.get("stability"), str) else "")
+    console = Console(width=240)  # wide enough that a reason stays on one line in a log
     console.print(t)
     attr = attribution_table(df)
     if not attr.empty and "leave_one_out" in attr:

@@ -97,3 +97,19 @@ def test_vectorised_bootstrap_matches_the_loop_definition(lengths):
     ecdf = lambda a: np.searchsorted(np.sort(a), grid, side="right") / a.size  # noqa: E731
     assert np.abs(ecdf(fast) - ecdf(slow)).max() < 0.05
     assert np.quantile(fast, [0.025, 0.975]) == pytest.approx(np.quantile(slow, [0.025, 0.975]), rel=0.03)
+
+
+def test_paired_speedup_cancels_load_that_hits_both_runs_of_a_repeat():
+    """Repeat 1 ran under load (both runs 5-10x slower): the pooled ratio of medians mixes the
+    loaded config run with quiet baseline runs, the per-repeat ratio does not."""
+    from results.paired import Runs, paired_speedup
+    keys = [("s", "0"), ("s", "1"), ("s", "2")]
+    base = Runs([[10.0] * 5, [100.0] * 5, [10.0] * 5], keys)
+    conf = Runs([[5.0] * 5, [50.0] * 5, [5.0] * 5], keys)
+    got = paired_speedup(base, conf, n_boot=200)
+    assert got["paired_speedup"] == 2.0 and got["pairs"] == 3
+    assert got["paired_lo"] == got["paired_hi"] == 2.0  # every pair says 2x
+    conf_loaded_other = Runs([[5.0] * 5, [50.0] * 5, [50.0] * 5], keys)  # load moved to repeat 2's config run only
+    assert paired_speedup(base, conf_loaded_other, n_boot=200)["paired_speedup"] == 2.0
+    assert stats.speedup(base, conf_loaded_other, n_boot=200)["speedup"] == pytest.approx(10.0 / 50.0)
+    assert paired_speedup(base, Runs([[5.0]], [("other", "0")])) is None  # no shared repeat

@@ -7,9 +7,13 @@ import os
 import textwrap
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from harness import sweep
+from results import report
+from results.store import step_samples
 from harness.config import RunConfig, UsageError
 from tests.conftest import harness, run_dirs
 
@@ -102,8 +106,23 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
     assert sorted(statuses[(True, False)]) == [(0, "finished"), (1, "finished")]
     assert sorted(statuses[(False, True)]) == [(0, "unsupported"), (1, "unsupported")]
     assert "ingested 6 new records" in p.stdout
-    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline"):
+    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline", "paired = median"):
         assert text in p.stdout
+    # the paired speedup: each repeat's baseline run against the same repeat's +channels_last run
+    runs_root = Path(env["HARNESS_RESULTS"], "runs")
+    table = report.speedup_table(report.records_frame(runs_root)).set_index("config")
+    med = {}
+    for d in run_dirs(env):
+        cfg = json.loads((d / "config.json").read_text())
+        samples = step_samples(d)
+        if samples:
+            med[(cfg["toggles"]["channels_last"], cfg["repeat"])] = float(np.median(samples))
+    ratios = [med[(False, r)] / med[(True, r)] for r in (0, 1)]
+    row = table.loc["+channels_last"]
+    assert row["pairs"] == 2
+    assert row["paired_speedup"] == pytest.approx(float(np.median(ratios)))
+    assert row["paired_lo"] <= row["paired_speedup"] <= row["paired_hi"]
+    assert pd.isna(table.loc["+cuda_graphs"].get("paired_speedup"))  # unsupported: nothing to pair
 
 
 FAULT = '''
