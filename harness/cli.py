@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "asv's regression rule; exit 1 on a regression")
     g.add_argument("base")
     g.add_argument("head")
+    sub.add_parser("doctor", help="what makes this machine noisy for benchmarks now, and what to do (pyperf system show)")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -246,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             return compare_cmd.main(args.base, args.head, results_root())
         if args.cmd == "profile":
             return cmd_profile(args)
+        if args.cmd == "doctor":
+            from harness import doctor
+            return doctor.main()
         if args.cmd == "roofline":
             from harness import roofline
             device = args.device or default_device()

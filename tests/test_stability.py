@@ -75,3 +75,20 @@ def test_a_sweep_under_load_ends_with_the_warning(env, tmp_path):
     assert last.startswith("warning: 1 of 1 configurations measured unstable (other processes used"), last
     assert "unstable:" in p.stdout  # the summary table's stability column
     assert Path(env["HARNESS_RESULTS"], "runs").is_dir()
+
+
+def test_doctor_names_what_makes_the_machine_noisy(env):
+    from harness import doctor
+    text, warnings = doctor.report([doctor.Check("steal", False, "hypervisor took 9.0% of CPU time", "a shared VM"),
+                                    doctor.Check("memory", True, "97% available")])
+    assert warnings == 1
+    assert text.splitlines() == ["WARNING  steal: hypervisor took 9.0% of CPU time", "           -> a shared VM",
+                                 "ok       memory: 97% available", text.splitlines()[-1]]
+    assert text.splitlines()[-1].startswith("1 warning(s): numbers measured now may not be trusted")
+    with burners() as procs:
+        p = harness(env, "doctor")
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stdout.splitlines() if "CPU use by others" in x)
+    assert line.startswith("WARNING")
+    assert any(f"pid {q.pid}," in line for q in procs), line  # a burner named by pid
+    assert "warning(s)" in p.stdout.splitlines()[-1]
