@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from results import collectives, locks, schema, sqlite_store, store
+from results import collectives, locks, schema, sqlite_store, stability, store
 from results.tracking import COMPLETE_TAG, EXPERIMENT
 from results.tracking import client as _client
 
@@ -29,7 +29,8 @@ SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "
                    "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
                    "mfu_measured_pct", "mfu_vendor_pct", "time_frac_data_wait", "time_frac_compute_bound",
                    "time_frac_memory_bound", "time_frac_optimizer", "time_frac_communication", "time_frac_other",
-                   "ops_per_step", "fused_kernels_per_step", "profiled_step_s", "converged")
+                   "ops_per_step", "fused_kernels_per_step", "profiled_step_s", "converged",
+                   *stability.RUN_FIGURES)
 
 
 _EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process

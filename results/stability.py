@@ -20,6 +20,9 @@ import pandas as pd
 
 CV_MAX, OTHERS_MAX, STEAL_MAX, SPREAD_MAX = 0.10, 0.10, 0.05, 1.10
 STABLE = "stable"
+# the summary figures a verdict reads: a store (results/ingest.py) must carry them all, or the
+# portal judges from fewer causes than the CLI does from the records
+RUN_FIGURES = ("cv_step", "others_cpu_frac", "steal_frac", "cpu_per_wall", "cpus", "load_1m_start", "load_1m_end")
 
 
 def _num(row: pd.Series, key: str) -> float | None:

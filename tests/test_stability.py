@@ -32,6 +32,27 @@ def test_thresholds_and_reasons():
                                         "can't be trusted; rerun on a quiet machine")
 
 
+def test_the_store_judges_from_the_same_figures_as_the_records(tmp_path):
+    """The portal reads the MLflow store, the CLI the record folders: every figure the verdict
+    reads must reach the store, or the portal calls a run stable that the CLI calls unstable."""
+    import random
+
+    from results import report, store
+    from results.ingest import ingest_all
+    from results.perf import write_record
+    d = write_record(tmp_path / "runs", "judge@0001", "baseline", 0, random.Random(0))
+    summary = json.loads((d / "summary.json").read_text())
+    summary.update(cv_step=0.18, others_cpu_frac=0.45, steal_frac=0.07, cpu_per_wall=1.1, cpus=2,
+                   load_1m_start=3.9, load_1m_end=4.5)
+    (d / "summary.json").write_text(json.dumps(summary))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ingest_all(tmp_path / "runs", uri)
+    for use_index in (True, False):
+        frame = store.load_runs(uri, use_index=use_index)
+        assert stability.verdict(frame) == stability.verdict(report.records_frame(tmp_path / "runs"))
+    assert stability.verdict(frame).count("; ") == 2  # others (with the load average), steal and CV all seen
+
+
 @contextmanager
 def burners(n: int = 2):
     """n real processes spinning on the CPU, in their own session (not the run's group)."""
