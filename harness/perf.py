@@ -9,6 +9,10 @@ planner: harness/perf_planner.py (2 ranks made 2x and 4x unequal by CPU quotas: 
 DP and PP splits, simulator prediction vs measurement, utilization).
 roofline: harness/perf_roofline.py (this machine's ceilings; every workload at tiny and small on them,
 baseline vs +compile and +channels_last: intensity, fraction of the roof, fusion's effect).
+deepcam_vs_reference: harness/perf_deepcam_ref.py (our DeepCAM step beside mlcommons/hpc's, same config,
+interleaved: function check, op counts, paired step-time ratio; needs DEEPCAM_REFERENCE).
+paired_speedup: harness/perf_paired.py (pooled vs paired speedup under a background burner that
+switches on and off, against the quiet machine's answer).
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -26,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import data, envinfo, loop, perf_comm, perf_loader, perf_mpi, perf_moe, perf_parallel, perf_pipeline, perf_planner, perf_roofline, registry
+from harness import data, envinfo, loop, perf_comm, perf_deepcam_ref, perf_loader, perf_mpi, perf_moe, perf_paired, perf_parallel, perf_pipeline, perf_planner, perf_roofline, registry
 from harness.config import RunConfig
 from harness.dist import DistInfo
 from harness.record import RunRecord
@@ -143,7 +147,8 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies,
               "collectives": perf_comm.collectives_bench, "pipeline": perf_pipeline.pipeline_bench,
               "moe": perf_moe.moe_bench, "planner": perf_planner.planner_bench,
-              "roofline": perf_roofline.roofline_bench}
+              "roofline": perf_roofline.roofline_bench, "paired_speedup": perf_paired.paired_speedup_bench,
+              "deepcam_vs_reference": perf_deepcam_ref.deepcam_vs_reference}
 
 
 def main(argv: list[str] | None = None) -> int:

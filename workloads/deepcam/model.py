@@ -35,16 +35,17 @@ class SeparableConv2dSame(nn.Module):
 
 
 class StridedPointwise(nn.Conv2d):
-    """1x1 conv with stride s. On CPU it runs as x[..., ::s, ::s] then a stride-1 1x1 conv: the
-    same function and parameters, because torch 2.13's CPU backward of a strided 1x1 conv on a
-    channels_last input corrupts the heap (free(): invalid next size) - reproduced with a bare
-    nn.Conv2d(8, 16, 1, stride=2) in that layout, and rechecked on 2026-12-01 on an AMD EPYC:
+    """1x1 conv with stride s. On CPU with a channels_last input it runs as x[..., ::s, ::s] then
+    a stride-1 1x1 conv: the same function and parameters, because torch 2.13's CPU backward of
+    a strided 1x1 conv in that layout corrupts the heap (free(): invalid next size) - reproduced
+    with a bare nn.Conv2d(8, 16, 1, stride=2), and rechecked on 2026-12-01 on an AMD EPYC:
     nn.Conv2d(4, 8, 1, stride=2) on a 2x4x96x144 channels_last input segfaults within 20 passes
-    (tests/test_deepcam_structure.py keeps this path honest). CUDA keeps the fused strided kernel."""
+    (tests/test_deepcam_structure.py keeps this path honest). NCHW inputs and CUDA keep the
+    fused strided kernel, as the reference does (no slice ops in their steps)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.stride[0]
-        if s == 1 or x.device.type != "cpu":
+        if s == 1 or x.device.type != "cpu" or x.is_contiguous():
             return super().forward(x)
         return F.conv2d(x[:, :, ::s, ::s], self.weight, self.bias)
 
@@ -110,16 +111,17 @@ class Xception(nn.Module):
         self.bn5 = nn.BatchNorm2d(c(2048))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = F.relu(self.bn2(self.conv2(x)))
+        # every encoder ReLU in place, as the reference's shared nn.ReLU(inplace=True)
+        x = F.relu(self.bn1(self.conv1(x)), inplace=True)
+        x = F.relu(self.bn2(self.conv2(x)), inplace=True)
         # the reference rectifies block 1's output in place, so the decoder's low-level branch
         # (1/4 resolution) takes the rectified tensor as well
         low_level = F.relu(self.block1(x), inplace=True)
         x = self.block3(self.block2(low_level))
         x = self.block20(self.middle(x))  # no ReLU after block 20 (end_with_relu=False)
-        x = F.relu(self.bn3(self.conv3(x)))
-        x = F.relu(self.bn4(self.conv4(x)))
-        return F.relu(self.bn5(self.conv5(x))), low_level
+        x = F.relu(self.bn3(self.conv3(x)), inplace=True)
+        x = F.relu(self.bn4(self.conv4(x)), inplace=True)
+        return F.relu(self.bn5(self.conv5(x)), inplace=True), low_level
 
 
 def conv_bn_relu(c_in: int, c_out: int, k: int, dilation: int = 1) -> nn.Sequential:
@@ -135,8 +137,10 @@ class ImagePooling(nn.Module):
     def __init__(self, c_in: int, c_out: int):
         super().__init__()
         self.conv = nn.Conv2d(c_in, c_out, 1, bias=False)
-        self.scale = nn.Parameter(torch.ones(1, c_out, 1, 1))
-        self.shift = nn.Parameter(torch.zeros(1, c_out, 1, 1))
+        # (C, 1, 1) as the reference's TrainableAffine: a 3-d parameter keeps one layout under
+        # .to(channels_last), so its gradient is taken as is (a 4-d one was copied every step)
+        self.scale = nn.Parameter(torch.ones(c_out, 1, 1))
+        self.shift = nn.Parameter(torch.zeros(c_out, 1, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.conv(x.mean(dim=(2, 3), keepdim=True)) * self.scale + self.shift)
