@@ -143,7 +143,9 @@ def paired_speedup_bench(repeats: int = 6, steps: int = 20, mean_s: float = 10.0
     return {"workload": "cosmoflow tiny, baseline vs +channels_last", "repeats": repeats, "steps": steps,
             "burner": {"procs": 2, "mean_period_s": mean_s, "seeds": list(seeds)},
             "reference": "the quiet sweep's pooled ratio of medians", "quiet": quiet, "loaded": loaded,
+            "quiet_reference_stable": all(str(v).startswith("stable") for v in quiet["stability"].values()),
             "median_abs_log_error": {k: round(float(np.median(v)), 4) for k, v in errors.items()},
             "closer_in_seeds": wins,
             "note": f"{len(seeds)} loaded sweeps: a small difference between the estimators is not a finding; "
-                    "both stay in the sweep summary until one wins clearly"}
+                    "both stay in the sweep summary until one wins clearly. When quiet_reference_stable is false "
+                    "the reference sweep was itself unstable (its verdicts say why): a loose reference"}
