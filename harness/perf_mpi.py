@@ -1,10 +1,11 @@
 """`make perf` benchmarks that need real MPI launches (mpiexec from the mpich wheel).
 
 staging_throughput: `python -m staging` against this machine's own numbers for the same bytes,
-  plain sequential read (`cat` to /dev/null) and copy (`cp -r`), each repeated and interleaved;
+  plain sequential read (`cat` to /dev/null) and copy (`cp -r`, and cp then a crc32 pass);
   staging with buffered reads (page cache, as cp) and with O_DIRECT (page cache bypassed, as on
-  a cluster's parallel filesystem), 1 and 2 ranks. Target: >= 80% of cp's bandwidth, each file
-  read once.
+  a cluster's parallel filesystem), 1 and 2 ranks; each stage pass paired with a cp pass, the
+  page cache put in the same state before every pass. Target: >= 80% of cp's bandwidth (paired
+  median), each file read once.
 ddp_scaling: samples/s of one rank (all cores) vs two DDP ranks (one core each) at the same
   per-rank batch; efficiency = (samples/s at 2 ranks) / (2 x samples/s at 1 rank).
 """
@@ -58,38 +59,87 @@ def _staged(n: str, direct: str, src: Path, dst: Path) -> tuple[float, float]:
     return e2e, float(json.loads(p.stdout.strip().splitlines()[-1])["seconds"])
 
 
-def staging_throughput(workload: str = "cosmoflow", size: str = "small", repeats: int = 3) -> dict:
+def _settle(files: list[str]) -> str:
+    """The same page-cache state before every pass: no dirty pages pending (sync), nothing else
+    cached where the kernel lets us drop it (/proc/sys/vm/drop_caches, root only), then the
+    source read once so that every pass reads it from the page cache, as a re-run on a node
+    would. Returns how the cache was controlled."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1")
+        how = "sync, drop_caches, source re-read"
+    except OSError:
+        how = "sync, source re-read (drop_caches not permitted; each destination deleted, so its pages went)"
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+    return how
+
+
+def _crc_pass(dst: Path) -> float:
+    """Seconds to crc32 every file under dst, the stager's own check (workloads.manifest.file_crc32)."""
+    from workloads.manifest import file_crc32
+    t0 = time.perf_counter()
+    for f in sorted(dst.rglob("*")):
+        if f.is_file():
+            file_crc32(f)
+    return time.perf_counter() - t0
+
+
+def staging_throughput(workload: str = "cosmoflow", size: str = "small", repeats: int = 5) -> dict:
+    """Each stage case paired with a cp pass in the same repeat, back to back, in alternating
+    order, each pass after _settle(); the ratio is the median over repeats of cp seconds over
+    stage seconds (stage bandwidth as a fraction of cp's) with a bootstrap CI. Also against cp
+    followed by a crc32 pass over the copy: the fair anchor for a stager that verifies every file."""
+    from results import stats
     src = _dataset(workload, size)
     files = sorted(str(p) for p in src.rglob("*") if p.is_file())
     nbytes = sum(os.path.getsize(f) for f in files)
-    secs: dict[str, list[float]] = {"cat": [], "cp": [], **{k: [] for k in STAGE_CASES}}
+    secs: dict[str, list[float]] = {"cat": [], "cp": [], "cp_then_crc32": [], **{k: [] for k in STAGE_CASES}}
     e2e: dict[str, list[float]] = {k: [] for k in STAGE_CASES}
-    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache once
+    pair_cp: dict[str, list[float]] = {k: [] for k in STAGE_CASES}  # the cp pass paired with each case
+    pair_cp_crc: dict[str, list[float]] = {k: [] for k in STAGE_CASES}
+    cache = ""
     with tempfile.TemporaryDirectory(dir=os.environ.get("HARNESS_STAGE_DIR")) as tmp:
-        for _ in range(repeats):  # interleaved, each into a fresh target
-            for key in secs:
-                dst = Path(tmp) / key
-                shutil.rmtree(dst, ignore_errors=True)
-                if key == "cat":
-                    secs[key].append(_timed(["cat", *files], stdout=subprocess.DEVNULL))
-                elif key == "cp":
-                    secs[key].append(_timed(["cp", "-r", str(src), str(dst)]))
-                else:
-                    whole, staged = _staged(*STAGE_CASES[key], src, dst)
-                    e2e[key].append(whole)
-                    secs[key].append(staged)
-                shutil.rmtree(dst, ignore_errors=True)
+        def run(key: str) -> float:
+            nonlocal cache
+            dst = Path(tmp) / key
+            shutil.rmtree(dst, ignore_errors=True)
+            cache = _settle(files)
+            if key == "cat":
+                s = _timed(["cat", *files], stdout=subprocess.DEVNULL)
+            elif key == "cp":
+                s = _timed(["cp", "-r", str(src), str(dst)])
+                secs["cp_then_crc32"].append(s + _crc_pass(dst))
+            else:
+                whole, s = _staged(*STAGE_CASES[key], src, dst)
+                e2e[key].append(whole)
+            shutil.rmtree(dst, ignore_errors=True)
+            secs[key].append(s)
+            return s
+
+        for r in range(repeats):
+            run("cat")
+            for key in STAGE_CASES:
+                order = ("cp", key) if r % 2 == 0 else (key, "cp")
+                for k in order:
+                    run(k)
+                pair_cp[key].append(secs["cp"][-1])
+                pair_cp_crc[key].append(secs["cp_then_crc32"][-1])
     out = {"dataset": f"{workload}/{size}", "files": len(files), "bytes": nbytes, "repeats": repeats,
-           "seconds": secs, "seconds_end_to_end": e2e}
+           "cache_control": cache, "seconds": secs, "seconds_end_to_end": e2e}
     for key, s in secs.items():
         out[f"{key}_GBps"] = nbytes / float(np.median(s)) / 1e9
     for key in STAGE_CASES:
-        out[f"{key}_vs_cp"] = out[f"{key}_GBps"] / out["cp_GBps"]
-        out[f"{key}_end_to_end_vs_cp"] = nbytes / float(np.median(e2e[key])) / 1e9 / out["cp_GBps"]
-    out["note"] = ("stage_* seconds are staging_start to staging_stop as a run logs them (manifest check, "
-                   "reads, exchange, writes, crc32 verification of every file); *_end_to_end adds "
-                   "mpiexec, Python and MPI start-up. buffered: page-cache reads, so comparable with cp; "
-                   "direct: O_DIRECT reads from the disk (the page cache is bypassed by design).")
+        for anchor, cp_s in (("cp", pair_cp[key]), ("cp_then_crc32", pair_cp_crc[key])):
+            r = stats.paired_ratio(cp_s, secs[key])
+            out[f"{key}_vs_{anchor}"] = round(r["ratio"], 3)
+            out[f"{key}_vs_{anchor}_ci95"] = [round(r["ci_lo"], 3), round(r["ci_hi"], 3)]
+        out[f"{key}_end_to_end_vs_cp"] = round(float(np.median(np.asarray(pair_cp[key]) / np.asarray(e2e[key]))), 3)
+    out["note"] = ("paired: each stage pass beside a cp pass of the same repeat, the same cache state before "
+                   "each (cache_control); *_vs_cp is the median of per-pair cp_s / stage_s with a bootstrap CI. "
+                   "stage_* seconds are staging_start to staging_stop as a run logs them (manifest check, "
+                   "reads, exchange, writes, crc32 verification of every file); cp_then_crc32 adds a crc32 pass "
+                   "over cp's copy, the same check; *_end_to_end adds mpiexec, Python and MPI start-up. "
+                   "buffered: page-cache reads, as cp; direct: O_DIRECT reads from the disk (by design).")
     return out
 
 
