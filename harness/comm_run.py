@@ -190,7 +190,7 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool, constra
             print(f"harness: comm failed: {reason}", file=sys.stderr)
         finally:
             watchdog.set()
-            dist_mod.shutdown()
+            dist_mod.shutdown(finished=not failed)
     if info.is_main:
         _report(done, ceiling)
         for rec in done if ingest else ():

@@ -188,5 +188,5 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
             quota.release()
         schema.close_record(d, summary, status, reason, started)
         if barrier:
-            dist_mod.shutdown()
+            dist_mod.shutdown(finished=status == schema.FINISHED)
     return d

@@ -104,7 +104,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
                     rec.info["rank_cpu"]["rank0_throttled"] = quota.throttled()
                 quota.release()
             rec.finish(status, reason)
-            dist_mod.shutdown()
+            dist_mod.shutdown(finished=status in (schema.FINISHED, schema.FAIL_ACCURACY))
     return Outcome(rec.run_id, rec.dir, status, reason, bad_input)
 
 
