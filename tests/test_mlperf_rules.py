@@ -105,6 +105,7 @@ def test_ttt_rejects_bad_runs(env):
     assert out.returncode == 2 and "--runs must be >= 1" in out.stderr
 
 
+@pytest.mark.slow  # two time-to-train instances under mpiexec (~40 s here, ~60 s in CI): make test-all
 def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env, monkeypatch):
     from test_mpi import mpiexec
     out = mpiexec(env, 2, "-m", "harness", "weak", "lm", "--instance-size", "1", "--set", "toggles.mpi_staging=true",
