@@ -19,6 +19,11 @@ def speedup_label(speedup: float, lo: float, hi: float, verdict: str) -> str:
     return "1.00× reference" if verdict == "baseline" else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}]"
 
 
+def paired_label(speedup: float, lo: float, hi: float, pairs: float) -> str:
+    """The paired speedup (median of per-repeat ratios, results/paired.py), or '-' without pairs."""
+    return "-" if speedup != speedup else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}] n={int(pairs)}"
+
+
 def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figure:
     """Speedup per configuration on a log axis centred on 1.0 (0.5× and 2× equally far from it):
     a point with its 95% CI, the figure printed beside it, colour by verdict with a legend, and

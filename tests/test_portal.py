@@ -87,6 +87,11 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert numbers.loc["+dali", "speedup [95% CI]"] == speedup_label(*want.loc["+dali", ["speedup", "ci_lo", "ci_hi",
                                                                                          "verdict"]])
     assert numbers["baseline median step (ms)"].iloc[0] == pytest.approx(want.loc["baseline", "median_step_ms"])
+    from portal.charts import paired_label
+    assert numbers.loc["+dali", "paired [95% CI]"] == paired_label(*want.loc["+dali", ["paired_speedup", "paired_lo",
+                                                                                      "paired_hi", "pairs"]])
+    assert numbers.loc["+dali", "paired [95% CI]"].endswith("n=2")  # 2 repeats, each a pair
+    assert numbers.loc["baseline", "paired [95% CI]"] == "-"
     for config in want.index:  # the stability verdict, as results judges it from the same records
         assert numbers.loc[config, "stability"] == want.loc[config, "stability"]
         assert want.loc[config, "stability"] == "stable" or want.loc[config, "stability"].startswith("unstable: ")
