@@ -163,7 +163,23 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
     with _browser_page() as page:
         _open(page, portal_url, "overview-figures", CHART)
         drawn = set(page.locator(".js-plotly-plot g.textpoint text").all_text_contents())
+        grid = page.locator(TABLE).first  # the numbers table, as the grid shows its cells
+        headers = grid.locator("[role='columnheader']").all_text_contents()
+        cells = grid.locator("[role='gridcell']").all_text_contents()
     assert drawn == want
+    # the numbers table says the same as results: pooled and paired speedups, stability, per configuration
+    cols = {h.strip(): i for i, h in enumerate(headers)}
+    rows = {r[0]: r for r in (cells[i:i + len(headers)] for i in range(0, len(cells), len(headers)))}
+    full = report.speedup_table(df, n_boot=stats.N_BOOT).set_index("config")
+    assert set(rows) == set(full.index)
+    for config, r in full.iterrows():
+        row = rows[config]
+        pooled = charts.speedup_label(r["speedup"], r["ci_lo"], r["ci_hi"], r["verdict"]) if r["speedup"] == r["speedup"] else "-"
+        assert row[cols["speedup [95% CI]"]] == pooled, config
+        assert row[cols["paired [95% CI]"]] == charts.paired_label(r["paired_speedup"], r["paired_lo"], r["paired_hi"],
+                                                                    r["pairs"]), config
+        assert row[cols["stability"]] == (r["stability"] if isinstance(r["stability"], str) else "-"), config
+    assert rows["+channels_last"][cols["paired [95% CI]"]].endswith(" n=2")  # two repeats, two pairs
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
