@@ -26,9 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from results import report, schema
+from results import report
 from results.paths import REPO_ROOT
-from results.store import step_samples
 
 
 class Burner:
@@ -95,26 +94,21 @@ def _sweep(tmp: Path, name: str, repeats: int, steps: int) -> Path:
 
 
 def _figures(runs_root: Path) -> dict:
-    """Both estimators for +channels_last, its stability verdicts and the raw per-run medians."""
+    """Both estimators for +channels_last (report.speedup_table), its stability verdicts, and the
+    raw figures under them: each finished run's median step by repeat, and the per-repeat ratios
+    the paired estimator takes the median of (from the same record frame, no second read)."""
     frame = report.records_frame(runs_root)
     table = report.speedup_table(frame).set_index("config")
     row = table.loc["+channels_last"]
-    medians: dict[str, list] = {"baseline": [], "+channels_last": []}
-    for d in schema.record_dirs(runs_root):
-        rec = schema.read_record(d)
-        label = "+channels_last" if rec["config"]["toggles"].get("channels_last") else "baseline"
-        s = step_samples(d)
-        if s:
-            medians[label].append([rec["config"]["repeat"], round(1000 * float(np.median(s)), 2)])
-    ratios = []
-    base = dict(map(tuple, medians["baseline"]))
-    for rep, ms in sorted(map(tuple, medians["+channels_last"])):
-        if rep in base:
-            ratios.append(round(base[rep] / ms, 3))
+    done = frame.assign(config=report.label_configs(frame)).query("status == 'finished'")
+    ms = 1000 * done.pivot_table(index="repeat", columns="config", values="median_step_s")
+    ratios = (ms["baseline"] / ms["+channels_last"]).dropna()
     return {"pooled": round(float(row["speedup"]), 3), "pooled_ci95": [round(row["ci_lo"], 3), round(row["ci_hi"], 3)],
             "paired": round(float(row["paired_speedup"]), 3),
             "paired_ci95": [round(row["paired_lo"], 3), round(row["paired_hi"], 3)],
-            "per_repeat_ratios": ratios, "run_median_step_ms": medians,
+            "per_repeat_ratios": [round(float(r), 3) for r in ratios],
+            "run_median_step_ms": {c: {int(k): round(float(v), 2) for k, v in ms[c].dropna().items()}
+                                   for c in ("baseline", "+channels_last")},
             "stability": {c: table.loc[c].get("stability") for c in ("baseline", "+channels_last")}}
 
 
