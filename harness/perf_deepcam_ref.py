@@ -12,7 +12,7 @@ conv on channels_last has crashed; a crash is then a recorded result, not a lost
   the relative L2 difference (0 up to float rounding when the functions are the same);
 - ops: per training step, the calls the issue named as overhead (pad, copy_, fill_,
   slice/narrow, out-of-place relu and add) for both models (harness/op_counts.py);
-- time: full width (the reference's channels), 16 x H x W input, AdamW, forward + loss +
+- time: full width (the reference's channels), 16 x H x W input, the workload's AdamW, forward + loss +
   backward + step; steps alternate ours/reference with the order swapped every pair, the ratio
   is the median of per-pair ours/reference with a bootstrap CI (results/stats.paired_ratio).
   Below 1.0: ours is faster. The reference's image-pooling tile is set to the feature map's
@@ -90,9 +90,8 @@ def compare(ref_path: str, layout: str, height: int = 96, width: int = 144, batc
     out["function_rel_l2"] = float((a - b).norm() / b.norm())
     ours.train().to(memory_format=fmt)
     ref.train().to(memory_format=fmt)
-    opts = {}
-    for name, m in (("ours", ours), ("reference", ref)):
-        opts[name] = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=1e-2)
+    size = wl.sizes["full"]  # the workload's own optimizer (AdamW, eps 1e-6) for both models
+    opts = {name: wl.build_optimizer(m, size, batch, 1)[0] for name, m in (("ours", ours), ("reference", ref))}
 
     def step(name: str, m) -> float:
         t = time.perf_counter()
