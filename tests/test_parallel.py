@@ -84,12 +84,37 @@ def test_sharding_divides_model_state_per_rank(data_strategies):
     summaries = {d: rec["summary"] for d, rec in data_strategies.items()}
     state = {d: s["parallel"]["model_state_per_rank"][0] for d, s in summaries.items()}
     full = state["ddp"]
-    # live tensor bytes at their peak (profiler memory timeline): sharding lowers it
-    assert summaries["fsdp"]["mem_peak_bytes_per_rank"] < summaries["ddp"]["mem_peak_bytes_per_rank"]
     assert state["zero1"]["params"] == full["params"] and state["zero1"]["grads"] == full["grads"]
     assert state["zero1"]["optimizer"] == pytest.approx(full["optimizer"] / 2, rel=0.05)  # ZeRO-1: states 1/n
     for part in ("params", "grads", "optimizer"):  # FSDP: all three 1/n (+ dim-0 padding)
         assert state["fsdp"][part] == pytest.approx(full[part] / 2, rel=0.02), part
+
+
+def test_fsdp_lowers_peak_memory_where_model_state_outweighs_its_unshard_window(env, data_root):
+    """Peak live tensor bytes per rank (profiler memory timeline), DDP vs FSDP on LM deep-tiny
+    (tiny's width, 8 blocks). FSDP holds 1/n of the model state but unshards about two blocks
+    at a time (their parameters and gradients plus the all-gather and reduce-scatter buffers,
+    some freed by gloo's threads at times that vary by a few blocks' 200 KB). On LM tiny
+    that window is the whole 2-block model and FSDP's peak was not reliably lower (measured
+    6.26-6.89 MB against DDP's 6.69); with 8 blocks it is: DDP 24.15 MB, FSDP 21.3-22.1 MB
+    of a 3.27 MB state saving, idle and under two spinning processes alike."""
+    from harness.config import RunConfig
+    from harness import data, registry
+    wl = registry.get("lm")
+    cfg = RunConfig(workload="lm", size="deep-tiny")
+    data.ensure_dataset(wl, wl.sizes["deep-tiny"], data.dataset_root(cfg, base=data_root), cfg.data_seed)
+    summaries = {}
+    for strategy in ("ddp", "fsdp"):
+        before = set(run_dirs(env))
+        p = mpirun(env, 2, "run", "lm", "--size", "deep-tiny", "--set", "steps=2", "--set", "warmup_steps=1",
+                   "--no-ingest", "--set", f"parallel.data={strategy}")
+        assert p.returncode == 0, p.stderr[-3000:]
+        summaries[strategy] = schema.read_record(_only_new(env, before))["summary"]
+    saved = summaries["ddp"]["mem_model_state_bytes_per_rank"] - summaries["fsdp"]["mem_model_state_bytes_per_rank"]
+    assert saved == pytest.approx(summaries["ddp"]["mem_model_state_bytes_per_rank"] / 2, rel=0.02)
+    peak = {d: s["mem_peak_bytes_per_rank"] for d, s in summaries.items()}
+    # the window takes back part of the saving, never most of it (measured: 62-86% kept)
+    assert peak["ddp"] - peak["fsdp"] > saved / 4, (peak, saved)
 
 
 @pytest.mark.slow

@@ -51,6 +51,10 @@ SIZES_RAW = {
     "tiny": LMSize("tiny", n_layer=2, n_head=2, d_model=64, seq_len=64, vocab=64, source_vocab=64, successors=4,
                    batch_size=16, train_tokens=1 << 20, val_tokens=1 << 15, lr=3e-3, warmup_steps=20,
                    decay_steps=2000, target_margin=0.05),
+    # tiny's width, 8 blocks: FSDP's unshard window (~2 blocks at a time) is a small part of the
+    # model, so sharding's saving shows in the peak at tiny cost (with 2 blocks the window is
+    # the whole model; tests/test_parallel.py)
+    "deep-tiny": LMSize("deep-tiny", **{**_TINY, "n_layer": 8}),
     "small": LMSize("small", n_layer=6, n_head=6, d_model=384, seq_len=256, vocab=512, source_vocab=512,
                     successors=8, batch_size=32, train_tokens=1 << 22, val_tokens=1 << 17, lr=1e-3,
                     warmup_steps=100, decay_steps=5000, target_margin=0.05, dropout=0.0),
