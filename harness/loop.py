@@ -153,7 +153,7 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
                                             dp_rank, dp_world, shares)
     model = workload.build_model(size)
     ts = build(cfg, workload, model, lambda m: workload.build_optimizer(m, size, global_batch, steps_per_epoch),
-               world=dist.world)
+               world=dist.world, data_root=root)
     for key, value in workload.mlperf_hyperparameters(size, global_batch).items():
         ml.event(key, value)
     ml.event("quality_target", target)  # not an MLLOG constant: the LM rules need it, HPC rules ignore it

@@ -29,6 +29,7 @@ own keys).
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -71,8 +72,10 @@ class TrainStep:
     loader batch for it; `eval_model` is the un-wrapped, un-compiled model for evaluation.
     Made by `build`; each build step sets the attributes it owns."""
 
-    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, make_optimizer: Callable, world: int):
+    def __init__(self, cfg: RunConfig, workload, model: torch.nn.Module, make_optimizer: Callable, world: int,
+                 data_root: Path | None = None):
         self.cfg, self.workload, self.world = cfg, workload, world
+        self.data_root = data_root     # the dataset the batches come from (preprocess's statistics)
         self.device = torch.device(cfg.device)
         self.make_optimizer = make_optimizer  # model -> (optimizer, per-step scheduler)
         self.optimizer = self.scheduler = None  # optimizer step
@@ -92,7 +95,7 @@ class TrainStep:
     def prepare(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.workload.to_model_input(x)
         nb = self.device.type == "cuda"
-        x = self.workload.preprocess(x.to(self.device, non_blocking=nb))
+        x = self.workload.preprocess(x.to(self.device, non_blocking=nb), self.data_root)
         if x.dim() >= 4:  # no-op when the loader's layout already is the wanted one
             x = x.contiguous(memory_format=self.mem_format)
         return x, y.to(self.device, non_blocking=nb)
@@ -200,10 +203,12 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
 )
 
 
-def build(cfg: RunConfig, workload, model: torch.nn.Module, make_optimizer: Callable, world: int = 1) -> TrainStep:
+def build(cfg: RunConfig, workload, model: torch.nn.Module, make_optimizer: Callable, world: int = 1,
+          data_root: Path | None = None) -> TrainStep:
     """The training step for `model`, every build step applied in BUILD_STEPS order.
-    make_optimizer(model) -> (optimizer, scheduler) runs at the optimizer step."""
-    ts = TrainStep(cfg, workload, model, make_optimizer, world)
+    make_optimizer(model) -> (optimizer, scheduler) runs at the optimizer step. data_root: the
+    dataset its batches come from (None: example batches; Workload.preprocess)."""
+    ts = TrainStep(cfg, workload, model, make_optimizer, world, data_root)
     for _, step in BUILD_STEPS:
         step(ts)
     return ts

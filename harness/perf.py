@@ -55,7 +55,7 @@ def _bare_block(cfg: RunConfig, wl, size, root: Path, warmup: int, steps: int) -
     for i in range(len(plan)):
         t0 = now()
         x, y = next(batches)
-        x = wl.preprocess(wl.to_model_input(x)).contiguous()
+        x = wl.preprocess(wl.to_model_input(x), root).contiguous()
         opt.zero_grad(set_to_none=True)
         loss = wl.loss(model(x), y)
         loss.backward()

@@ -1,6 +1,7 @@
 """DeepCAM's HDF5 loader reads contiguous datasets with positioned reads (workloads/h5_direct.py):
 the bytes equal h5py's own read, and every file laid out otherwise (compressed, chunked, with
-other metadata, truncated, missing) is read by h5py or named in one line."""
+other metadata, truncated, missing) is read by h5py or named in one line. The reference's
+min-max normalisation runs on the device (DeepCAM.preprocess), equal to the reference's numpy."""
 from __future__ import annotations
 
 import shutil
@@ -34,11 +35,9 @@ def _h5py_read(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _expected_batch(root: Path, files: list[Path]) -> tuple[torch.Tensor, torch.Tensor]:
-    """h5py's arrays, normalised as the reference's loader does: (x - min) / (max - min)."""
-    lo, inv = stats(root)
+    """h5py's arrays as stored (labels as the loss takes them)."""
     xs, ys = zip(*(_h5py_read(p) for p in files))
-    x = (np.stack(xs) - lo) * inv
-    return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(np.stack(ys)).long()
+    return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys)).long()
 
 
 def test_positioned_read_equals_h5py(root):
@@ -53,13 +52,35 @@ def test_positioned_read_equals_h5py(root):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_loader_batches_equal_h5py_normalised(root, threads):
+def test_loader_batches_equal_h5py_reads(root, threads):
     ds = _H5Batches(root, "train", SIZE, threads)
     idx = [5, 0, 17, 3, 9]
     x, y = ds[idx]
     assert ds.layout is not None  # the fast path was taken
     ex, ey = _expected_batch(root, [Path(ds.files[i]) for i in idx])
     assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_preprocess_normalises_as_the_reference_does(root, channels_last):
+    """The reference's dataset: (x - minval) * (1 / (maxval - minval)) per channel with
+    stats.h5, in float32 numpy; ours on the device after the copy, equal to the bit, and a
+    channels_last batch stays channels_last (no layout copy added)."""
+    from harness.config import RunConfig
+    from harness.optimize import build
+    ds = _H5Batches(root, "train", SIZE, 2)
+    idx = [3, 11, 7]
+    x, y = ds[idx]
+    lo, inv = stats(root)
+    raw = np.stack([_h5py_read(Path(ds.files[i]))[0] for i in idx])
+    want = torch.from_numpy((raw - lo) * inv).permute(0, 3, 1, 2)  # as the model sees it: N,C,H,W
+    assert not torch.equal(x.permute(0, 3, 1, 2), want)  # the loader leaves the samples as stored
+    cfg = RunConfig(workload="deepcam").with_overrides([f"toggles.channels_last={str(channels_last).lower()}"])
+    ts = build(cfg, WL, WL.build_model(SIZE), lambda m: WL.build_optimizer(m, SIZE, 2, 10), data_root=root)
+    xp, _ = ts.prepare(x, y)
+    assert torch.equal(xp, want)
+    assert xp.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    assert torch.equal(WL.preprocess(WL.to_model_input(x), root), want)
 
 
 def _rewrite(path: Path, **kw) -> None:

@@ -74,7 +74,7 @@ def test_counted_flops_per_op_sum_to_the_models_flops(name):
     size = wl.sizes["tiny"]
     model = wl.build_model(size)
     x, y = wl.example_batch(size, 2)
-    x = wl.preprocess(wl.to_model_input(x)).contiguous()
+    x = wl.preprocess(wl.to_model_input(x), None).contiguous()
     counts = op_counts.count(lambda: wl.loss(model(x), y).backward())
     total = sum(c["flops"] for c in counts.values())
     assert total == pytest.approx(2 * wl.flops_per_sample(size), rel=0.05)

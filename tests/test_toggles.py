@@ -127,7 +127,7 @@ def test_graph_safe_sgd_keeps_numerics_and_schedule():
     graph_safe_optimizer(opts[1][0], torch.device("cpu"))
     assert isinstance(opts[1][0].param_groups[0]["lr"], torch.Tensor) and opts[1][0].param_groups[0]["fused"]
     x, y = _batch()
-    x = WL.preprocess(WL.to_model_input(x))
+    x = WL.preprocess(WL.to_model_input(x), None)
     for _ in range(4):  # crosses the warm-up into the decayed schedule
         for m, (opt, sched) in zip(models, opts):
             opt.zero_grad()
@@ -158,7 +158,7 @@ def test_training_state_restore_undoes_warmup_steps(workload):
         x, y = _batch()
     else:
         x, y = torch.randn(2, size.height, size.width, 16), torch.randint(0, 3, (2, size.height, size.width))  # N,H,W,C
-    x = wl.preprocess(wl.to_model_input(x))
+    x = wl.preprocess(wl.to_model_input(x), None)
 
     def step(model, o):
         o.zero_grad(set_to_none=True)

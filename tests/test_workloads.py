@@ -60,7 +60,8 @@ def test_forward_backward_finite_and_quality_keys(name, roots):
     wl = registry.get(name)
     size = wl.sizes["tiny"]
     model = wl.build_model(size)
-    ts = build(RunConfig(workload=name), wl, model, lambda m: wl.build_optimizer(m, size, 4, 10))
+    ts = build(RunConfig(workload=name), wl, model, lambda m: wl.build_optimizer(m, size, 4, 10),
+               data_root=roots[name])
     x, y = ts.prepare(*_first_batch(wl, roots[name]))
     loss = ts(x, y)
     assert torch.isfinite(loss) and loss.ndim == 0
@@ -81,7 +82,7 @@ def test_loss_falls_when_overfitting_one_batch(name, roots):
     torch.manual_seed(0)
     model = wl.build_model(size)
     x, y = _first_batch(wl, roots[name])
-    x = wl.preprocess(wl.to_model_input(x))
+    x = wl.preprocess(wl.to_model_input(x), roots[name])
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     losses = []
     for _ in range(30):
@@ -110,7 +111,7 @@ def test_flops_formula_matches_flop_counter(name, size_name):
     model = wl.build_model(size)
     x, y = wl.example_batch(size, 1)
     assert tuple(x.shape[1:]) == tuple(wl.input_shape(size))
-    x = wl.preprocess(wl.to_model_input(x)).contiguous()
+    x = wl.preprocess(wl.to_model_input(x), None).contiguous()
     # the math SDPA backend exposes attention's matmuls to the counter
     mapping = {torch.ops.aten.convolution_backward: grouped_conv_backward_flop}
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False, custom_mapping=mapping) as counter:

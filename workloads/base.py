@@ -84,8 +84,10 @@ class Workload(Protocol):
     def to_model_input(self, x: "torch.Tensor") -> "torch.Tensor":
         """A zero-copy view from the loader's layout to the model's logical layout (e.g. NDHWC -> NCDHW)."""
 
-    def preprocess(self, x: "torch.Tensor") -> "torch.Tensor":
-        """Per-batch input transform on the device, after the host-to-device copy (e.g. log1p)."""
+    def preprocess(self, x: "torch.Tensor", root: Path | None) -> "torch.Tensor":
+        """Per-batch input transform on the device, after the host-to-device copy and
+        to_model_input (e.g. log1p; DeepCAM's per-channel min-max with the statistics of the
+        dataset under `root`). root None: an example_batch, whose values need no dataset statistics."""
 
     def read_set(self, root: Path, split: str, size: Size, path: str) -> ReadSet:
         """The files loader path `path` ("torch" or "dali") reads for `split`."""

@@ -100,7 +100,7 @@ class CosmoFlow:
         # already channels_last_3d, so the NDHWC toggle costs no copy here (NVIDIA's as_strided).
         return x.permute(0, 4, 1, 2, 3)
 
-    def preprocess(self, x):
+    def preprocess(self, x, root):
         # int16 counts -> log(1 + x) in float32 on the device (reference: apply_log). Pointwise,
         # so the result keeps the input's memory layout (channels_last_3d stays channels_last_3d).
         import torch

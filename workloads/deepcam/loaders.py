@@ -1,6 +1,7 @@
 """DeepCAM loaders. The PyTorch path reads the HDF5 files (as the reference); the DALI path reads
-NVIDIA's numpy conversion of the same samples with fn.readers.numpy. Both normalise each
-channel to (x - min) / (max - min) with stats.h5 and yield float32 N,H,W,C plus int64 labels."""
+NVIDIA's numpy conversion of the same samples with fn.readers.numpy. Both yield the samples as
+stored, float32 N,H,W,C, plus int64 labels; the per-channel min-max with stats.h5 runs on the
+device after the copy (DeepCAM.preprocess)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,7 +43,9 @@ def stats(root: Path) -> tuple[np.ndarray, np.ndarray]:
 class _H5Batches(torch.utils.data.Dataset):
     """Indexed by a whole batch of sample indices: fills one preallocated batch buffer with the
     rank's threads (workloads/parallel_fill.py), each slot read by one positioned read of its
-    file (workloads/h5_direct.py; h5py for any file laid out otherwise), then normalised in place."""
+    file (workloads/h5_direct.py; h5py for any file laid out otherwise). No arithmetic on the
+    samples here: min-max normalisation in the reader threads held this path to 0.62 of raw
+    read (DeepCAM tiny, 2 threads); it runs on the device (DeepCAM.preprocess)."""
 
     NAMES = ("climate/data", "climate/labels_0")
 
@@ -50,8 +53,6 @@ class _H5Batches(torch.utils.data.Dataset):
         self.files = [str(p) for p in h5_files(root, split)]  # strings once: pathlib per file costs
         self.size = size
         self.threads = threads
-        lo, inv = stats(root)  # per channel; tiled to one (W*C) row of an N,H,W,C sample
-        self.lo_row, self.inv_row = np.tile(lo, size.width), np.tile(inv, size.width)
         self.layout: h5_direct.Layout | None = None
         self.learned = False
 
@@ -104,17 +105,7 @@ class _H5Batches(torch.utils.data.Dataset):
                 fast = False  # h5py reads it again and names the problem
             if not fast:
                 self._read_h5py(path, x[j], y[j])
-            # per-channel min-max in place, by the reader thread right after its read, while
-            # the sample is still in cache: (x - lo) * inv, two float32 roundings as before.
-            # The sample as (H, W*C) rows against the per-channel stats tiled W times: numpy's
-            # inner loop then runs over a whole contiguous row (with a 16-long channel axis it
-            # ran 16 at a time) and releases the GIL. Measured, DeepCAM tiny, 2 threads: 154 us
-            # per sample with the read, against 218 for torch ops over the whole batch after
-            # the fill (torch's intra-op threads spin on the cores the readers need)
-            row = x[j].reshape(x.shape[1], -1)
-            np.subtract(row, self.lo_row, out=row)
-            np.multiply(row, self.inv_row, out=row)
-            labels[j] = y[j]
+            labels[j] = y[j]  # int32 -> int64 by numpy in this thread (see below)
 
         parallel_fill.fill(len(idx), read_slot, self.threads)
         # No torch op in here: each starts torch's intra-op threads, which then spin on the
@@ -132,15 +123,14 @@ def torch_loader(root: Path, split: str, size: DeepCAMSize, batches: Iterable[Se
 def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Sequence[int]],
                 device_id: int | None):
     """NVIDIA's dali-numpy pipeline: data and label readers over the same file sequence,
-    .gpu() when there is a GPU, fn.normalize(mean=min, stddev=max-min), labels cast to int64."""
+    .gpu() when there is a GPU, labels cast to int64; the samples as stored, as torch_loader's
+    (normalised by DeepCAM.preprocess on the device, for both paths alike)."""
     from nvidia.dali import fn, types
 
     seq = [i for b in batches for i in b]
     if not seq:
         return iter(())
     npy_data, npy_labels = npy_files(root, split)
-    lo, inv = stats(root)
-
     xs, ys = [str(npy_data[i]) for i in seq], [str(npy_labels[i]) for i in seq]
 
     def define():
@@ -148,7 +138,6 @@ def dali_loader(root: Path, split: str, size: DeepCAMSize, batches: Sequence[Seq
         y = dali_pipeline.read_files(ys)
         if device_id is not None:
             x, y = x.gpu(), y.gpu()
-        x = fn.normalize(x, mean=lo.reshape(1, 1, -1), stddev=(1.0 / inv).reshape(1, 1, -1), axes=[0, 1])
         return x, fn.cast(y, dtype=types.INT64)
 
     return dali_pipeline.iterate(define, batches, device_id, ["x", "y"],

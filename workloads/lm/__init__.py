@@ -167,7 +167,7 @@ class LM:
     def to_model_input(self, x):
         return x
 
-    def preprocess(self, x):
+    def preprocess(self, x, root):
         return x
 
     def mlperf_hyperparameters(self, size: LMSize, global_batch: int) -> dict[str, Any]:

@@ -106,7 +106,7 @@ class Toy:
     def to_model_input(self, x):
         return x
 
-    def preprocess(self, x):
+    def preprocess(self, x, root):
         return x
 
     def loss(self, output, target):
