@@ -67,5 +67,5 @@ def summarize(lay, rep) -> dict:
             "files_staged": w.allreduce(rep.files_staged, op=MPI.SUM),
             "files_already_valid": w.allreduce(rep.files_verified_present, op=MPI.SUM),
             "seconds": seconds, "read_gb_per_s": read / seconds / 1e9 if seconds else 0.0,
-            "read_mode": rep.read_mode, "read_fallback": rep.read_fallback,
+            "read_mode": rep.read_mode, "read_fallback": rep.read_fallback, "copy_threads": rep.threads,
             "instances": w.allreduce(int(lay.instance_rank == 0), op=MPI.SUM), "ranks": w.size}

@@ -25,14 +25,14 @@ import queue
 import shutil
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from staging.direct_io import ALIGN, RangeReader, align_up, direct_refused
+from staging import local_copy
 from staging.local_copy import LocalCopier
 from staging.layout import Layout
-from workloads.manifest import MANIFEST, checksum, mismatch, read_manifest, short_source
+from workloads.manifest import MANIFEST, checksum, crc32, mismatch, read_manifest, short_source
 
 DEFAULT_CHUNK = 16 << 20  # bytes per member per round (NVIDIA: ~1 GiB per collective in total)
 NBUF = 3  # rounds in flight: one being read and exchanged, two being checksummed and written
@@ -57,6 +57,7 @@ class Report:
     seconds: float = 0.0
     read_mode: str = ""
     read_fallback: str = ""
+    threads: int = 1                # copy workers (the kernel-copy path)
     opened: list = field(default_factory=list)
 
 
@@ -134,8 +135,8 @@ class _Writer:
     def _crc_loop(self) -> None:
         for pieces in iter(self._crc_q.get, None):
             try:
-                for p, data in pieces:  # zlib releases the GIL while it runs
-                    self.crc[p.name] = zlib.crc32(data, self.crc.get(p.name, 0) if p.offset else 0)
+                for p, data in pieces:  # the checksum releases the GIL while it runs
+                    self.crc[p.name] = crc32(data, self.crc.get(p.name, 0) if p.offset else 0)
             except BaseException as e:  # noqa: BLE001 - re-raised by close()
                 self.crash = self.crash or e
             finally:
@@ -222,6 +223,7 @@ def stage(lay: Layout, source: Path, local_root: str | Path, chunk: int = DEFAUL
 
     names = sorted(meta)
     mine = files_for(names, lay.node_rank, lay.node_ranks)
+    on_host = _ranks_on_host(lay)  # collective: before any branch a rank could take alone
     rep = Report(files_needed=len(mine))
     for n in mine:  # temporaries an interrupted staging left behind (never a verified file)
         Path(f"{dest / n}.part").unlink(missing_ok=True)
@@ -230,7 +232,7 @@ def stage(lay: Layout, source: Path, local_root: str | Path, chunk: int = DEFAUL
     _agree(lay, _space_problem(lay, dest, sum(meta[n]["bytes"] for n in lacking), len(lacking)), BadInput)
     todo = sorted(set().union(*lay.orth.allgather(lacking)))  # step 1: union over the group
     if lay.orth.size == 1 and _page_cache_reads(direct, source, todo, rep):
-        errors = _copy_local(source, dest, todo, meta, rep)
+        errors = _copy_local(source, dest, todo, meta, rep, local_copy.node_threads(on_host))
     else:
         errors = _exchange(lay, source, dest, todo, set(lacking), meta, chunk, direct, rep)
     _agree(lay, errors, DataError)
@@ -239,6 +241,17 @@ def stage(lay: Layout, source: Path, local_root: str | Path, chunk: int = DEFAUL
     lay.world.Barrier()
     rep.seconds = time.perf_counter() - t0
     return dest, rep
+
+
+def _ranks_on_host(lay: Layout) -> int:
+    """Ranks of the whole job sharing this host's cores (every instance's: MPI's shared-memory
+    split, so HARNESS_NODE's pretend nodes on one host count together). Collective."""
+    from mpi4py import MPI
+    host = lay.world.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return host.size
+    finally:
+        host.Free()
 
 
 def _page_cache_reads(direct: str, source: Path, todo: list[str], rep: Report) -> bool:
@@ -254,16 +267,14 @@ def _page_cache_reads(direct: str, source: Path, todo: list[str], rep: Report) -
     return bool(reason)
 
 
-def _copy_local(source: Path, dest: Path, todo: list[str], meta: dict, rep: Report) -> list[str]:
-    """S = 1 with page-cache reads: kernel copies, verified by a second thread (local_copy.py)."""
-    copier = LocalCopier(source, dest, meta)
-    try:
-        for name in todo:
-            copier.copy(name)
-    finally:
-        copier.close()
+def _copy_local(source: Path, dest: Path, todo: list[str], meta: dict, rep: Report, threads: int) -> list[str]:
+    """S = 1 with page-cache reads: kernel copies, each verified and renamed by the worker
+    that made it, `threads` workers (local_copy.py)."""
+    copier = LocalCopier(source, dest, meta, threads)
+    copier.run(todo)
     rep.opened, rep.bytes_read, rep.bytes_written, rep.files_staged = copier.opened, copier.bytes, copier.bytes, copier.files
-    return copier.read_errors + copier.errors
+    rep.threads = threads
+    return copier.errors
 
 
 def _exchange(lay: Layout, source: Path, dest: Path, todo: list[str], lacking: set[str], meta: dict,

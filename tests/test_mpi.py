@@ -128,6 +128,58 @@ def test_bad_source_and_bad_target_give_one_line_exit_2_and_keep_staged_files(en
     assert out.returncode == 2 and "not writable" in out.stderr and str(blocker) in out.stderr
 
 
+def test_copy_workers_stage_every_good_file_once_and_name_the_bad(source, tmp_path):
+    """The kernel-copy path's workers (staging/local_copy.py), 3 of them whatever this machine
+    has: every file read once, each good one verified and in place, a corrupt and a missing
+    source file named, no `.part` left; and one rank of `python -m staging` uses its cores."""
+    from staging.local_copy import LocalCopier, node_threads
+    broken = tmp_path / "src"
+    shutil.copytree(source, broken)
+    meta = read_manifest(broken)["files"]
+    names = sorted(meta)
+    raw = bytearray((broken / names[4]).read_bytes())
+    raw[100] ^= 0xFF
+    (broken / names[4]).write_bytes(bytes(raw))   # same size, wrong bytes
+    (broken / names[9]).unlink()
+    dest = tmp_path / "dest"
+    copier = LocalCopier(broken, dest, meta, threads=3)
+    copier.run(names)
+    assert sorted(Counter(copier.opened).values()) == [1] * (len(names) - 1)  # the missing one never opened
+    assert len(copier.errors) == 2 and any(names[4] in e and "checksum mismatch" in e for e in copier.errors)
+    assert any(names[9] in e and "cannot read source file" in e for e in copier.errors)
+    assert copier.files == len(names) - 2 and not list(dest.rglob("*.part"))
+    for n in names:
+        assert (dest / n).exists() == (n not in (names[4], names[9]))
+        if (dest / n).exists():
+            assert (dest / n).read_bytes() == (source / n).read_bytes()
+    assert node_threads(1) == len(os.sched_getaffinity(0)) and node_threads(10 ** 6) == 1
+    out = stage(os.environ.copy(), 1, source, tmp_path / "local", "--direct", "off")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["copy_threads"] == node_threads(1)
+    assert same_tree(source, tmp_path / "local" / "instance0")
+
+
+def test_manifest_checksum_is_zlibs_crc32_computed_by_isal(tmp_path):
+    """The manifest's and the stager's CRC-32 comes from ISA-L (a dependency: ~6x zlib's here)
+    and is zlib's checksum: whole, streamed in pieces with the running value (as the stager
+    does), and over a file (manifests written with zlib's stay valid)."""
+    import os
+    import zlib
+    from isal import isal_zlib
+    from workloads import manifest
+    assert manifest.crc32 is isal_zlib.crc32
+    data = os.urandom(3 << 20) + b"tail"
+    whole = zlib.crc32(data)
+    assert manifest.crc32(data) == whole
+    running = 0
+    for i in range(0, len(data), 1 << 20):
+        running = manifest.crc32(data[i:i + (1 << 20)], running)
+    assert running == whole
+    (tmp_path / "f").write_bytes(data)
+    assert manifest.file_crc32(tmp_path / "f") == (len(data), whole)
+    assert manifest.checksum(tmp_path / "f") == f"crc32:{whole:08x}"
+
+
 def test_o_direct_falls_back_where_the_filesystem_refuses_it(tmp_path, monkeypatch):
     """tmpfs here accepts O_DIRECT (kernel >= 6.6), so the refusal other filesystems give is
     injected at os.open; the bytes must be the same either way."""

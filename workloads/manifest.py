@@ -1,26 +1,39 @@
 """Dataset manifest: size and checksum of every file, written with the dataset, so staging
-(staging/) and loaders can verify copies. crc32 via zlib (fast, streaming)."""
+(staging/) and loaders can verify copies. CRC-32 (zlib's polynomial, streaming)."""
 from __future__ import annotations
 
 import json
 import mmap
 import os
-import zlib
 from pathlib import Path
+
+try:  # ISA-L's CRC-32 (python-isal): zlib's checksum, carry-less-multiply folding, ~6x zlib's
+    from isal.isal_zlib import crc32  # 26 vs 4.1 GB/s in cache here; releases the GIL as zlib's does
+except ImportError:  # no isal wheel for this platform: the same values, slower
+    from zlib import crc32
 
 MANIFEST = "manifest.json"
 
 
-def file_crc32(path: str | Path) -> tuple[int, int]:
-    """(size in bytes, crc32) of a file, over an mmap of it: no copy through a user buffer, and
-    zlib releases the GIL while it runs, so another thread's copy can overlap it."""
+def file_crc32(path: str | Path, buf: bytearray | None = None) -> tuple[int, int]:
+    """(size in bytes, crc32) of a file; the checksum releases the GIL while it runs, so other
+    threads' copies overlap it. Without `buf`, over an mmap of the file (no copy through a user
+    buffer: 7.2 GB/s from the page cache here, against 5.4 for reads). With `buf`, read through
+    it: what workers beside each other should use, since every munmap in a multi-threaded
+    process interrupts the CPUs of its other threads (staging's copy workers: 0.55-0.64 s with
+    mmap, 0.45-0.56 with 1 MiB reads, CosmoFlow small, 2 workers)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        if buf is not None:
+            view, size, crc = memoryview(buf), 0, 0
+            while n := os.readv(fd, [buf]):
+                crc, size = crc32(view[:n], crc), size + n
+            return size, crc
         size = os.fstat(fd).st_size
         if not size:
             return 0, 0
         with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
-            return size, zlib.crc32(m)
+            return size, crc32(m)
     finally:
         os.close(fd)
 
