@@ -110,7 +110,7 @@ class DeepCAM:
 
     def preprocess(self, x, root):
         # The reference's per-channel min-max, (x - min) * (1 / (max - min)) with stats.h5, on
-        # the device after the copy (NVIDIA's DeepCAM normalises on the GPU too): in the reader
+        # the device after the copy (where the DALI path already ran it on a GPU): in the reader
         # threads it held the HDF5 loader to 0.62 of raw read on this CPU (issue 15). Two float32
         # ops, the numbers the reference's numpy gives; pointwise, so a channels_last input
         # stays channels_last. root None: an example batch, drawn already in [0, 1).
