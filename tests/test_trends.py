@@ -3,8 +3,14 @@ compare` and the Trends page; a no-change rerun is not.
 
 The project's sources are copied into a fresh git repository; one sweep runs at its first
 commit, a second sweep reruns the same commit, then a commit that makes the LM run every
-block's forward three more times and discard it (a slower step, same function) is made and measured. Records carry the
-copy's git shas, as they would a real checkout's."""
+block's forward ten more times and discard it (a slower step, same function) is made and
+measured. Records carry the copy's git shas, as they would a real checkout's.
+
+How big the regression must be: the rule's threshold is the series' own drift between the two
+sweeps of the first commit, and on the 2-core CI machine those drifted 1.23x once (16.6 vs 13.5
+ms median steps, the first sweep's runs falling 18.4, 16.9, 14.7 ms) while three extra forwards
+made the step only 1.17x the first sweep's, so the rule rightly called it noise. Ten extra
+forwards add ~20 ms to a ~14 ms step: well beyond any drift seen here."""
 from __future__ import annotations
 
 import os
@@ -29,7 +35,7 @@ SWEEP = """
     base: {steps: 30, warmup_steps: 5}
 """
 BLOCK_LOOP = "            x = block(x)\n"
-WASTE = BLOCK_LOOP + ("            for _ in range(3):  # injected regression: each block's forward thrice more, discarded\n"
+WASTE = BLOCK_LOOP + ("            for _ in range(10):  # injected regression: each block's forward 10x more, discarded\n"
                       "                block(x.detach()).sum()\n")
 
 
