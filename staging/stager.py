@@ -57,7 +57,7 @@ class Report:
     seconds: float = 0.0
     read_mode: str = ""
     read_fallback: str = ""
-    threads: int = 1                # copy workers (the kernel-copy path)
+    threads: int = 0                # copy workers of the kernel-copy path (0: the exchange path ran)
     opened: list = field(default_factory=list)
 
 

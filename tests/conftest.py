@@ -33,14 +33,14 @@ def harness(env: dict[str, str], *args: str, timeout: float = 600, **kw) -> subp
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def tiny_dataset(data_root: Path, name: str) -> Path:
-    """The workload's default tiny dataset under the session's data root, generated once."""
+def tiny_dataset(data_root: Path, name: str, size: str = "tiny") -> Path:
+    """The workload's default dataset of `size` under the session's data root, generated once."""
     from harness import data, registry
     from harness.config import RunConfig
-    cfg = RunConfig(workload=name)
+    cfg = RunConfig(workload=name, size=size)
     wl = registry.get(name)
     root = data.dataset_root(cfg, base=data_root)
-    data.ensure_dataset(wl, wl.sizes["tiny"], root, cfg.data_seed)
+    data.ensure_dataset(wl, wl.sizes[size], root, cfg.data_seed)
     return root
 
 

@@ -98,11 +98,7 @@ def test_fsdp_lowers_peak_memory_where_model_state_outweighs_its_unshard_window(
     that window is the whole 2-block model and FSDP's peak was not reliably lower (measured
     6.26-6.89 MB against DDP's 6.69); with 8 blocks it is: DDP 24.15 MB, FSDP 21.3-22.1 MB
     of a 3.27 MB state saving, idle and under two spinning processes alike."""
-    from harness.config import RunConfig
-    from harness import data, registry
-    wl = registry.get("lm")
-    cfg = RunConfig(workload="lm", size="deep-tiny")
-    data.ensure_dataset(wl, wl.sizes["deep-tiny"], data.dataset_root(cfg, base=data_root), cfg.data_seed)
+    tiny_dataset(data_root, "lm", "deep-tiny")
     summaries = {}
     for strategy in ("ddp", "fsdp"):
         before = set(run_dirs(env))
