@@ -69,7 +69,7 @@ rerun-failed-slurm: setup  ## resubmit only the failed/killed cells of the lates
 	$(PY) -m harness submit $(SWEEP) --site $(SITE) --rerun-failed $(if $(WAIT),--wait)
 
 tracking-server: setup   ## a shared MLflow server (sqlite backend, artifacts under results/) for many writers
-	$(PY) -m results.server --port $(TRACKING_PORT)
+	$(PY) -m results.store.server --port $(TRACKING_PORT)
 
 test: setup system-deps slurm-up  ## what CI runs: every test not marked slow (keeps CI under 30 min)
 	$(PY) -m pytest -q -m "not slow" --durations=15
@@ -88,10 +88,10 @@ portal: setup           ## ADDRESS=0.0.0.0 to listen beyond localhost
 	  --server.headless true --browser.gatherUsageStats false
 
 gpu-check: setup        ## on a GPU machine: CUDA Graphs, DALI GPU, NCCL, compile, amp
-	$(PY) -m harness.gpu_check
+	$(PY) -m harness.experiments.gpu_check
 
 perf: setup             ## benchmarks (not tests): figures to results/perf/perf.json
-	$(PY) -m harness.perf
+	$(PY) -m harness.bench
 
 clean:                  ## records, store, datasets (not the venv)
 	rm -rf results/runs results/comm results/plans results/profiles results/mlflow.db results/mlartifacts results/perf data test-artifacts

@@ -11,12 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-from harness.config import RunConfig, UsageError, settable_keys
-from harness.errors import one_line
-from harness.dist import default_device
-from results import toggles as toggle_decl
-from results.collectives import COLLECTIVES
-from results.paths import results_root
+from harness.config.run_config import RunConfig, UsageError, settable_keys
+from harness.config.errors import one_line
+from harness.parallel.dist import default_device
+from results.record import toggles as toggle_decl
+from results.analysis.collectives import COLLECTIVES
+from results.record.paths import results_root
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cell-s", type=float, default=1.0,
                    help="under a launcher: seconds each measurement lasts at least, all ranks together")
     n = sub.add_parser("plan", help="heterogeneous planner: split DP/PP work over unequal devices, simulated")
-    n.add_argument("--devices", required=True, help="device inventory (YAML; see results/inventory.py)")
+    n.add_argument("--devices", required=True, help="device inventory (YAML; see results/planner/inventory.py)")
     n.add_argument("--workload", default="lm")
     n.add_argument("--size", default="tiny", help="a workload size, or a what-if shape (llama2-70b)")
     n.add_argument("--global-batch", type=int, required=True)
@@ -125,7 +125,7 @@ def cmd_cell(args) -> int:
     import json
     import os
 
-    from harness import sweep
+    from harness.experiments import sweep
     try:
         entry = json.loads(Path(args.cells).read_text())[args.index]
     except (OSError, ValueError, IndexError) as e:
@@ -140,7 +140,7 @@ def cmd_cell(args) -> int:
 
 
 def _execute(cfg: RunConfig, ingest: bool) -> int:
-    from harness import runner
+    from harness.run import runner
     out = runner.execute(cfg)
     if out.dir is None:  # not rank 0
         return 0
@@ -160,7 +160,8 @@ def _execute(cfg: RunConfig, ingest: bool) -> int:
 
 
 def cmd_profile(args) -> int:
-    from harness import layer_profile, registry
+    from harness.planning import profile as layer_profile
+    from harness.config import registry
     if args.workload not in registry.names():
         raise UsageError(f"unknown workload {args.workload!r}; valid: {', '.join(registry.names())}")
     try:
@@ -186,7 +187,7 @@ def _cuda() -> bool:
 
 
 def cmd_list() -> int:
-    from harness import registry
+    from harness.config import registry
     print("workloads:")
     for name in registry.names():
         wl = registry.get(name)
@@ -202,7 +203,7 @@ def cmd_list() -> int:
 def cmd_info(name: str) -> int:
     import torch
 
-    from harness import registry
+    from harness.config import registry
     wl = registry.get(name)
     doc = (sys.modules[type(wl).__module__].__doc__ or "").strip().splitlines()[0]
     print(f"{name}: {doc}")
@@ -230,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "info":
             return cmd_info(args.workload)
         if args.cmd in ("ttt", "weak"):
-            from harness import campaign, registry
+            from harness.experiments import campaign
+            from harness.config import registry
             wl = registry.get(args.workload)
             if args.size not in wl.sizes:
                 raise UsageError(f"unknown size {args.size!r} for {args.workload}; valid sizes: {', '.join(wl.sizes)}")
@@ -238,35 +240,36 @@ def main(argv: list[str] | None = None) -> int:
                 return campaign.ttt(args.workload, args.size, args.runs, args.sets, default_device())
             return campaign.weak(args.workload, args.size, args.instance_size, args.sets, default_device())
         if args.cmd == "check-logs":
-            from harness import compliance
+            from harness.experiments import compliance
             return compliance.main(args.logs, results_root() / "runs")
         if args.cmd == "cell":
             return cmd_cell(args)
         if args.cmd == "compare":
-            from harness import compare_cmd
+            from harness.experiments import compare as compare_cmd
             return compare_cmd.main(args.base, args.head, results_root())
         if args.cmd == "profile":
             return cmd_profile(args)
         if args.cmd == "doctor":
-            from harness import doctor
+            from harness.measure import doctor
             return doctor.main()
         if args.cmd == "roofline":
-            from harness import roofline
+            from harness.measure import roofline
             device = args.device or default_device()
             if device not in roofline.DTYPES or (device == "cuda" and not _cuda()):
                 raise UsageError(f"unknown or absent device {device!r}; valid here: cpu"
                                  + (", cuda" if _cuda() else ""))
             return roofline.main(device)
         if args.cmd == "plan":
-            from harness import plan_cmd
+            from harness.planning import plan as plan_cmd
             return plan_cmd.main(args.devices, args.workload, args.size, args.global_batch, args.strategy,
                                  args.schedule, args.cell, results_root())
         if args.cmd == "comm":
-            from harness import comm_bench, comm_run
+            from harness.comm import bench as comm_bench
+            from harness.comm import run as comm_run
             opts = comm_bench.options(args.collectives, args.backends, args.dtypes, args.minbytes, args.maxbytes,
                                       args.stepfactor, args.iters, args.warmup_iters, args.check)
             return comm_run.main(opts, ingest=not args.no_ingest)
-        from harness import sweep
+        from harness.experiments import sweep
         if args.cmd == "submit":
             from harness.launch import site
             return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,
                           dry_run=args.dry_run)
     except UsageError as e:
-        from harness.dist import from_env
+        from harness.parallel.dist import from_env
         if from_env().is_main:  # every rank finds the same problem; one line says it
             print(f"harness: error: {one_line(e)}", file=sys.stderr)
         return 2

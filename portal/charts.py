@@ -20,7 +20,7 @@ def speedup_label(speedup: float, lo: float, hi: float, verdict: str) -> str:
 
 
 def paired_label(speedup: float, lo: float, hi: float, pairs: float) -> str:
-    """The paired speedup (median of per-repeat ratios, results/paired.py), or '-' without pairs."""
+    """The paired speedup (median of per-repeat ratios, results/stats/paired.py), or '-' without pairs."""
     return "-" if speedup != speedup else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}] n={int(pairs)}"
 
 
@@ -186,7 +186,7 @@ def pipeline_timeline(rows: list[dict], n_stages: int, title: str) -> go.Figure:
 def bubble_curve(t: pd.DataFrame, title: str) -> go.Figure:
     """Measured bubble (points) and the stage-time prediction (hollow) per schedule over the
     microbatch count, on the theory line (p-1)/(m+p-1) of each pipeline depth."""
-    from results.pipeline import theory
+    from results.analysis.bubble import theory
     fig = go.Figure()
     colors = {"gpipe": "#1565c0", "1f1b": "#2e7d32", "interleaved_1f1b": "#6a1b9a"}
     for p, v in sorted({(int(a), int(b)) for a, b in zip(t["pp"], t["virtual"])}):
@@ -236,7 +236,7 @@ TREND_COLORS = {"regression": "#c62828", "improvement": "#2e7d32", "first": "#15
 
 def trend_chart(h: pd.DataFrame, title: str) -> go.Figure:
     """Median step time per commit (x: commits in the order first measured), one small dot per
-    run, and a red/green marker where the regression rule (results/trends.py) fired against the
+    run, and a red/green marker where the regression rule (results/analysis/trends.py) fired against the
     previous commit."""
     fig = go.Figure()
     for config, g in h.groupby("config", sort=False):

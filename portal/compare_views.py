@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from portal import data
-from results import schema
+from results.record import schema
 
 # metric -> (label, higher is better); quality's direction comes from the record's summary
 DELTAS = {"samples_per_s": ("samples/s", True), "data_wait_frac": ("data wait fraction", False)}

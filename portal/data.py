@@ -8,10 +8,17 @@ import pandas as pd
 import streamlit as st
 
 import results
-from results import collectives, pipeline, report, roofline_report, scaling, schema, stats, trends
-from results.paths import results_root
-from results.tracking import default_tracking_uri
-from results.store import step_samples
+from results.analysis import collectives
+from results.analysis import bubble as pipeline
+from results.analysis import speedups as report
+from results.analysis import roofline as roofline_report
+from results.analysis import scaling
+from results.record import schema
+from results.stats import estimators as stats
+from results.analysis import trends
+from results.record.paths import results_root
+from results.store.tracking import default_tracking_uri
+from results.store.frames import step_samples
 
 CACHE_TTL_S = 300
 N_BOOT = stats.N_BOOT  # same replicates and seed as the CLI: the portal shows the CLI's numbers
@@ -120,7 +127,7 @@ def refresh_button() -> None:
         st.cache_data.clear()
     if st.sidebar.button("Re-read MLflow", help="rebuild the run index with a full MLflow search "
                          "(runs logged from other machines straight to a tracking server)"):
-        from results import store
+        from results.store import frames as store
         store.reindex(tracking_uri(), store.index_path(tracking_uri()))
         st.cache_data.clear()
 

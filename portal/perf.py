@@ -1,4 +1,4 @@
-"""Portal benchmark (`make perf`, run by harness/perf.py as `python -m portal.perf`; torch-free).
+"""Portal benchmark (`make perf`, run by harness/bench/driver.py as `python -m portal.perf`; torch-free).
 
 portal_render: a store with N synthetic runs (default 10,000: 100 sweeps of 10 configurations x
   10 repeats, real record folders; results/perf.build_store), built once and cached under
@@ -13,8 +13,8 @@ import os
 import sys
 import time
 
-from results.paths import REPO_ROOT
-from results.perf import build_store
+from results.record.paths import REPO_ROOT
+from results.store.benchmark import build_store
 
 
 def portal_render(n_runs: int = 10_000) -> dict:
@@ -52,5 +52,5 @@ def portal_render(n_runs: int = 10_000) -> dict:
     return out
 
 
-if __name__ == "__main__":  # harness/perf.py runs this in a subprocess (harness never imports portal)
+if __name__ == "__main__":  # harness/bench/driver.py runs this in a subprocess (harness never imports portal)
     json.dump(portal_render(*map(int, sys.argv[1:2])), sys.stdout)

@@ -2,11 +2,11 @@
 
 Never imports torch, harness or workloads (tests/test_boundaries.py checks it), so the CLI
 summaries and the portal compute everything the same way from the same frames. mlflow is
-imported lazily so that the harness can use results.schema/stats without paying for it.
+imported lazily so that the harness can use results.record.schema/stats without paying for it.
 """
 
 
 def load_runs(*args, **kwargs):
-    """pandas DataFrame of the runs in the MLflow store; see results.store.load_runs."""
-    from results.store import load_runs as _load_runs
+    """pandas DataFrame of the runs in the MLflow store; see results.store.frames.load_runs."""
+    from results.store.frames import load_runs as _load_runs
     return _load_runs(*args, **kwargs)

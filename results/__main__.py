@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from results import paths
+from results.record import paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,23 +19,23 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     root = Path(args.results)
     if args.cmd == "summary":
-        from results.report import print_sweep_summary
+        from results.analysis.speedups import print_sweep_summary
         print_sweep_summary(root / "runs", args.sweep)
         return 0
-    from results.tracking import default_tracking_uri
+    from results.store.tracking import default_tracking_uri
     uri = default_tracking_uri(root)
     try:
         if args.cmd == "reindex":
-            from results import store
+            from results.store import frames as store
             df = store.reindex(uri, store.index_path(uri))
             print(f"run index rebuilt from {uri}: {len(df)} runs")
             return 0
         if args.cmd == "rebuild-store":
-            from results.rebuild import rebuild_store
+            from results.store.rebuild import rebuild_store
             rebuild_store(root, uri, force=args.force)
         return _ingest(root, uri)
     except Exception as e:  # noqa: BLE001 - one line, exit 2; records are untouched
-        from results.sqlite_store import StoreDamaged
+        from results.store.sqlite_store import StoreDamaged
         plain = isinstance(e, (StoreDamaged, PermissionError)) or args.cmd != "ingest"  # these name the store
         what = "" if plain else f"cannot ingest into MLflow store {uri}: "
         print(f"results: error: {what}{str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 def _ingest(root: Path, uri: str) -> int:
     """Every record (runs, then collectives benchmarks) into the store; exit 1 when some
     record could not go in (each named on its own line), 0 otherwise."""
-    from results.collectives import SUBDIR
-    from results.ingest import ingest_all
+    from results.analysis.collectives import SUBDIR
+    from results.store.ingest import ingest_all
     res = ingest_all(root / "runs", uri)
     for k, v in ingest_all(root / SUBDIR, uri).items():
         res[k] += v

@@ -35,8 +35,9 @@ def harness(env: dict[str, str], *args: str, timeout: float = 600, **kw) -> subp
 
 def tiny_dataset(data_root: Path, name: str, size: str = "tiny") -> Path:
     """The workload's default dataset of `size` under the session's data root, generated once."""
-    from harness import data, registry
-    from harness.config import RunConfig
+    from harness.run import data
+    from harness.config import registry
+    from harness.config.run_config import RunConfig
     cfg = RunConfig(workload=name, size=size)
     wl = registry.get(name)
     root = data.dataset_root(cfg, base=data_root)
@@ -68,7 +69,7 @@ def seeded(tmp_path_factory, data_root):
     import json
     import shutil
 
-    from results.ingest import ingest_all
+    from results.store.ingest import ingest_all
     root, _ = sweep_store(tmp_path_factory.mktemp("portal"), data_root, """
         name: portal
         workloads: [cosmoflow]

@@ -14,6 +14,26 @@ FORBIDDEN = {("workloads", p) for p in ("harness", "staging", "results", "portal
             {("portal", p) for p in ("harness", "workloads", "staging")} | {("harness", "portal")}
 
 
+# Floors inside a package (ARCHITECTURE.md, "Folders by concern"): a module may import its own
+# folder and lower floors, never a higher floor nor another folder of its own floor. Every module
+# of harness/ and results/ sits in one of these folders, except the package's entry points.
+FLOORS = {
+    "harness.config": 1, "harness.measure": 2, "harness.parallel": 2, "harness.run": 3,
+    "harness.comm": 4, "harness.launch": 4, "harness.planning": 4, "harness.experiments": 5,
+    "harness.bench": 6, "harness.cli": 6, "harness.__main__": 7, "harness": 7,
+    "results.record": 1, "results.stats": 1, "results.store": 2, "results.analysis": 3,
+    "results.planner": 4, "results.__main__": 5, "results": 5,
+}
+
+
+def folder(mod: str) -> str | None:
+    """The FLOORS entry a module belongs to (its folder, or itself for an entry point)."""
+    for key in sorted(FLOORS, key=len, reverse=True):
+        if mod == key or ("." in key and mod.startswith(key + ".")):  # a package's own __init__ only
+            return key
+    return None
+
+
 def modules(root: Path) -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
@@ -119,8 +139,31 @@ def upward(g: dict[str, set[str]]) -> list[tuple[str, str]]:
                   if (m.split(".")[0], t.split(".")[0]) in FORBIDDEN)
 
 
+def floor_violations(g: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports inside one package that reach a higher floor or a sibling folder of the same floor."""
+    out = []
+    for m, ts in g.items():
+        fm = folder(m)
+        for t in ts:
+            ft = folder(t)
+            if fm is None or ft is None or fm == ft or m.split(".")[0] != t.split(".")[0]:
+                continue
+            if FLOORS[ft] >= FLOORS[fm]:
+                out.append((m, t))
+    return sorted(out)
+
+
+def unplaced(g: dict[str, set[str]]) -> list[str]:
+    """Modules of a foldered package outside every folder (a new flat module must pick its concern)."""
+    pkgs = {k.split(".")[0] for k in FLOORS}
+    return sorted(m for m in g if m.split(".")[0] in pkgs and folder(m) is None)
+
+
 def problems(root: Path) -> list[str]:
     g = edges(root)
     return ([f"cycle: {' <-> '.join(c)}" for c in cycles(g)] +
             [f"package cycle: {a} <-> {b}" for a, b in package_cycles(g)] +
-            [f"upward import: {m} -> {t}" for m, t in upward(g)])
+            [f"upward import: {m} -> {t}" for m, t in upward(g)] +
+            [f"floor: {m} -> {t} ({folder(m)} is floor {FLOORS[folder(m)]}, {folder(t)} floor {FLOORS[folder(t)]})"
+             for m, t in floor_violations(g)] +
+            [f"outside every folder: {m}" for m in unplaced(g)])

@@ -16,31 +16,31 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_results_and_portal_do_not_import_torch_harness_workloads(tmp_path):
-    mods = _modules_after("import results, results.schema, results.stats, results.ingest, "
-                          "results.store, results.report, results.__main__, portal.data\n"
-                          "from results.tracking import client\n"
+    mods = _modules_after("import results, results.record.schema, results.stats.estimators, results.store.ingest, "
+                          "results.store.frames, results.analysis.speedups, results.__main__, portal.data\n"
+                          "from results.store.tracking import client\n"
                           f"client('sqlite:///{tmp_path}/s.db').search_experiments()\n"
                           f"results.load_runs('sqlite:///{tmp_path}/s.db')")
-    assert {"results.store", "portal.data", "mlflow"} <= mods
+    assert {"results.store.frames", "portal.data", "mlflow"} <= mods
     for banned in ("torch", "harness", "workloads"):
         assert not any(m == banned or m.startswith(banned + ".") for m in mods), banned
 
 
 def test_reading_where_there_is_no_store_creates_nothing(tmp_path):
     """A mistyped results folder: readers find no runs and leave the folder as it was."""
-    from results.store import load_runs
+    from results.store.frames import load_runs
     assert load_runs(f"sqlite:///{tmp_path}/mlflow.db").empty
     assert list(tmp_path.iterdir()) == []
 
 
 def test_training_loop_does_not_import_mlflow():
-    mods = _modules_after("import harness.loop, harness.runner, harness.optimize, harness.data")
+    mods = _modules_after("import harness.run.loop, harness.run.runner, harness.run.build, harness.run.data")
     assert "torch" in mods
     assert not any(m == "mlflow" or m.startswith("mlflow.") for m in mods)
 
 
 def test_harness_cli_validation_does_not_import_torch():
-    mods = _modules_after("import harness.config, harness.registry, harness.cli, workloads.cosmoflow")
+    mods = _modules_after("import harness.config.run_config, harness.config.registry, harness.cli, workloads.cosmoflow")
     assert "torch" not in mods
 
 
@@ -66,17 +66,42 @@ def _inject(path, line):
 def test_import_graph_check_fails_on_an_injected_cycle(tmp_path):
     from tests.importgraph import problems
     root = _tree_copy(tmp_path)
-    _inject(root / "harness" / "config.py", "from harness import cli")  # cli imports config
+    _inject(root / "harness" / "config" / "run_config.py", "from harness import cli")  # cli imports config
     found = problems(root)
-    assert any(p.startswith("cycle:") and "harness.config" in p and "harness.cli" in p for p in found), found
+    assert any(p.startswith("cycle:") and "harness.config.run_config" in p and "harness.cli" in p for p in found), found
 
 
 def test_import_graph_check_fails_on_upward_imports(tmp_path):
     from tests.importgraph import problems
     root = _tree_copy(tmp_path)
-    _inject(root / "workloads" / "npy_io.py", "from harness.errors import DataError")
-    _inject(root / "harness" / "perf.py", "from portal import perf")
+    _inject(root / "workloads" / "npy_io.py", "from harness.config.errors import DataError")
+    _inject(root / "harness" / "bench" / "driver.py", "from portal import perf")
     found = problems(root)
-    assert "upward import: workloads.npy_io -> harness.errors" in found
-    assert "upward import: harness.perf -> portal.perf" in found
+    assert "upward import: workloads.npy_io -> harness.config.errors" in found
+    assert "upward import: harness.bench.driver -> portal.perf" in found
     assert "package cycle: harness <-> workloads" in found
+
+
+def test_floor_check_fails_on_an_injected_back_import(tmp_path):
+    """config (floor 1) reaching up into run (3), a store module (2) into analysis (3), a sibling
+    folder of the same floor, and a new module left flat in harness/: each is named."""
+    from tests.importgraph import problems
+    root = _tree_copy(tmp_path)
+    _inject(root / "harness" / "config" / "registry.py", "from harness.run import timing")
+    _inject(root / "results" / "store" / "ingest.py", "from results.analysis import trends")
+    _inject(root / "harness" / "measure" / "peak.py", "from harness.parallel import dist")
+    (root / "harness" / "helpers.py").write_text("X = 1\n")
+    found = problems(root)
+    assert any(p.startswith("floor: harness.config.registry -> harness.run") for p in found), found
+    assert any(p.startswith("floor: results.store.ingest -> results.analysis.trends") for p in found), found
+    assert any(p.startswith("floor: harness.measure.peak -> harness.parallel.dist") for p in found), found
+    assert "outside every folder: harness.helpers" in found
+
+
+def test_every_folder_has_a_floor_and_nothing_else_is_flat():
+    """The floors name exactly the folders on disk (a new folder must be placed)."""
+    from tests.importgraph import FLOORS
+    for pkg in ("harness", "results"):
+        on_disk = {f"{pkg}.{d.name}" for d in (REPO / pkg).iterdir() if (d / "__init__.py").exists()}
+        assert on_disk == {k for k in FLOORS if k.startswith(pkg + ".") and k.count(".") == 1
+                           and not k.endswith(("__main__", ".cli"))}, on_disk

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from results import collectives as coll
-from results import schema
+from results.analysis import collectives as coll
+from results.record import comm as comm_record
+from results.record import schema
 from tests.conftest import REPO, harness
 from tests.test_mpi import MPIEXEC, mpiexec
 
@@ -21,7 +22,7 @@ SMALL = ("-b", "8", "-e", "64K", "-f", "4", "-n", "3", "-w", "1")
 
 
 def comm_dirs(env) -> list[Path]:
-    return schema.record_dirs(Path(env["HARNESS_RESULTS"]) / coll.SUBDIR)
+    return schema.record_dirs(Path(env["HARNESS_RESULTS"]) / comm_record.SUBDIR)
 
 
 def records(env) -> dict[tuple[str, str, str], dict]:
@@ -35,13 +36,13 @@ def records(env) -> dict[tuple[str, str, str], dict]:
                                                   ("all_to_all", 2, 0.5), ("broadcast", 4, 1.0),
                                                   ("reduce", 4, 1.0), ("send_recv", 4, 1.0)])
 def test_busbw_is_algbw_times_the_nccl_tests_factor(collective, n, factor):
-    algbw, busbw = coll.bandwidths(collective, 2_000_000_000, 0.5, n)  # 2 GB in 0.5 s
+    algbw, busbw = comm_record.bandwidths(collective, 2_000_000_000, 0.5, n)  # 2 GB in 0.5 s
     assert algbw == pytest.approx(4.0) and busbw == pytest.approx(4.0 * factor)
 
 
 def test_size_row_takes_the_slowest_ranks_mean_and_its_percentiles():
     times = [[1e-3] * 10, [1e-3] * 9 + [11e-3]]  # rank 1: mean 2 ms, one slow call
-    row = coll.size_row("all_reduce", 1_000_000, 2, "ip", times)
+    row = comm_record.size_row("all_reduce", 1_000_000, 2, "ip", times)
     assert row["time_us_ip"] == pytest.approx(2000.0)
     assert row["algbw_gb_per_s_ip"] == pytest.approx(0.5) and row["busbw_gb_per_s_ip"] == pytest.approx(0.5)
     assert row["p50_us_ip"] == pytest.approx(1000.0) and row["p95_us_ip"] == pytest.approx(6500.0)
@@ -49,9 +50,9 @@ def test_size_row_takes_the_slowest_ranks_mean_and_its_percentiles():
 
 
 def test_sizes_and_size_parsing_follow_nccl_tests():
-    from harness.comm_bench import parse_size
-    from harness.comm_cases import elements
-    assert coll.sizes(8, 64, 2) == [8, 16, 32, 64] and coll.sizes(8, 100, 4) == [8, 32]
+    from harness.comm.bench import parse_size
+    from harness.comm.cases import elements
+    assert comm_record.sizes(8, 64, 2) == [8, 16, 32, 64] and comm_record.sizes(8, 100, 4) == [8, 32]
     assert [parse_size(s) for s in ("8", "64K", "256M", "1G", "1.5K")] == [8, 65536, 256 * 2 ** 20, 2 ** 30, 1536]
     assert elements("all_gather", 8, 4, 4) == 0 and elements("all_gather", 40, 4, 4) == 8
     assert elements("all_reduce", 40, 4, 4) == 10
@@ -59,10 +60,10 @@ def test_sizes_and_size_parsing_follow_nccl_tests():
 
 def test_predicted_time_interpolates_the_measured_sizes():
     rows = [{"bytes": 1000, "time_us_ip": 100.0}, {"bytes": 4000, "time_us_oop": 400.0, "time_us_ip": 200.0}]
-    assert coll.time_at(rows, 1000) == pytest.approx(100e-6)
-    assert coll.time_at(rows, 2000) == pytest.approx(100e-6 * 2 ** 0.5)  # log-log between 100 and 200 us
-    assert coll.time_at(rows, 8000) == pytest.approx(400e-6)  # bandwidth-bound beyond the largest
-    assert coll.time_at(rows, 10) == pytest.approx(100e-6)  # latency floor below the smallest
+    assert comm_record.time_at(rows, 1000) == pytest.approx(100e-6)
+    assert comm_record.time_at(rows, 2000) == pytest.approx(100e-6 * 2 ** 0.5)  # log-log between 100 and 200 us
+    assert comm_record.time_at(rows, 8000) == pytest.approx(400e-6)  # bandwidth-bound beyond the largest
+    assert comm_record.time_at(rows, 10) == pytest.approx(100e-6)  # latency floor below the smallest
     total, parts = coll.predicted_comm_s(
         {"comm_all_reduce_calls_per_step": 3, "comm_all_reduce_bytes_per_step": 12000}, {"all_reduce": rows})
     assert total == pytest.approx(3 * 200e-6) and set(parts) == {"all_reduce"}
@@ -81,7 +82,7 @@ def test_every_collective_is_verified_on_gloo_and_mpi_and_recorded(env, ranks):
                   "--dtypes", dtypes, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(env)
-    for collective in coll.COLLECTIVES:
+    for collective in comm_record.COLLECTIVES:
         for dtype in dtypes.split(","):
             nccl = recs[(collective, "nccl", dtype)]
             assert nccl["status"]["status"] == "unsupported" and "CUDA" in nccl["status"]["reason"]
@@ -93,19 +94,19 @@ def test_every_collective_is_verified_on_gloo_and_mpi_and_recorded(env, ranks):
                 assert r["status"]["status"] == "finished", (collective, backend, r["status"])
                 rows = [m for m in r["metrics"] if m["kind"] == "size"]
                 measured = [m for m in rows if "skipped" not in m]
-                assert [m["requested_bytes"] for m in rows] == coll.sizes(8, 65536, factor)
+                assert [m["requested_bytes"] for m in rows] == comm_record.sizes(8, 65536, factor)
                 assert measured and all(m["wrong"] == 0 for m in measured)
                 for m in measured:
                     for mode in r["config"]["modes"]:  # each mode checked by value, its figures consistent
                         assert m[f"wrong_{mode}"] == 0
-                        algbw, busbw = coll.bandwidths(collective, m["bytes"], m[f"time_us_{mode}"] / 1e6, ranks)
+                        algbw, busbw = comm_record.bandwidths(collective, m["bytes"], m[f"time_us_{mode}"] / 1e6, ranks)
                         assert m[f"busbw_gb_per_s_{mode}"] == pytest.approx(busbw)
                         assert m[f"p50_us_{mode}"] <= m[f"p95_us_{mode}"]
                 assert r["summary"]["busbw_gb_per_s"] > 0 and r["summary"]["copy_gb_per_s_rank"] > 0 < r["summary"]["copy_gb_per_s_all_cores"]
                 assert r["config"]["ranks"] == ranks and r["env"]["hostname"]
     # ingested: one MLflow run per record, none in the training runs' index
     import results
-    from results.tracking import default_tracking_uri
+    from results.store.tracking import default_tracking_uri
     uri = default_tracking_uri(Path(env["HARNESS_RESULTS"]))
     df = coll.load_comm(uri)
     assert sorted(df["run_id"]) == sorted(d.name for d in comm_dirs(env))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.config import RunConfig, Toggles, UsageError, parse_assignment
+from harness.config.run_config import RunConfig, Toggles, UsageError, parse_assignment
 from tests.conftest import harness, run_dirs
 
 

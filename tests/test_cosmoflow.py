@@ -1,7 +1,7 @@
 """CosmoFlow-specific facts (the registry-wide contract is tests/test_workloads.py)."""
 from __future__ import annotations
 
-from harness import registry
+from harness.config import registry
 from workloads.cosmoflow.flops import forward_flops
 from workloads.cosmoflow.synth import PREDICT_MEAN_MAE
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness import data, registry
-from harness.errors import DataError
+from harness.run import data
+from harness.config import registry
+from harness.config.errors import DataError
 from tests.conftest import harness, run_dirs, tiny_dataset
 
 

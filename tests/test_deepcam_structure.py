@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness import registry
+from harness.config import registry
 
 WL = registry.get("deepcam")
 
@@ -97,9 +97,9 @@ def test_a_training_step_runs_only_the_ops_the_reference_runs(channels_last):
     - add out of place: autograd summing the gradients of a tensor used twice (each block's
       input, by its stack and its skip; the encoder's output, by 4 ASPP branches and the
       pooling; block 1's, by block 2 and the decoder) and the pooling's affine shift."""
-    from harness import op_counts
-    from harness.config import RunConfig, Toggles
-    from harness.optimize import build
+    from harness.measure import op_counts
+    from harness.config.run_config import RunConfig, Toggles
+    from harness.run.build import build
     size = WL.sizes["tiny"]
     cfg = RunConfig(workload="deepcam", steps=2, warmup_steps=1, toggles=Toggles(channels_last=channels_last))
     torch.manual_seed(0)

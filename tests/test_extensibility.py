@@ -41,7 +41,7 @@ def test_contract_tests_run_on_the_toy_workload(toy_env, tmp_path):
 
 
 def test_loader_benchmark_runs_on_the_toy_workload(toy_env, tmp_path):
-    code = ("import json; from harness import perf_loader; "
+    code = ("import json; from harness.bench import loader as perf_loader; "
             "print(json.dumps(perf_loader.loader_throughput(rounds=1, workloads=['toy'])))")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=toy_env, capture_output=True,
                        text=True, timeout=600)

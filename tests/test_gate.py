@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from harness import runner
-from harness.config import RunConfig
-from results import schema
+from harness.run import runner
+from harness.config.run_config import RunConfig
+from results.record import schema
 from workloads.cosmoflow import CosmoFlow
 
 
@@ -54,7 +54,7 @@ def test_reference_with_other_settings_is_refused(tmp_path, baseline):
 
 
 def test_fail_accuracy_is_excluded_from_speedups(tmp_path, baseline, monkeypatch):
-    from results.report import records_frame, speedup_table
+    from results.analysis.speedups import records_frame, speedup_table
     cfg, ref = baseline
     monkeypatch.setattr(CosmoFlow, "to_model_input", lambda self, x: x.permute(0, 4, 1, 2, 3).roll(1, dims=1))
     runner.execute(dataclasses.replace(cfg, toggles=dataclasses.replace(cfg.toggles, channels_last=True),

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness import registry
-from harness.errors import DataError
+from harness.config import registry
+from harness.config.errors import DataError
 from tests.conftest import tiny_dataset
 from workloads import h5_direct
 from workloads.deepcam.loaders import _H5Batches, stats
@@ -66,8 +66,8 @@ def test_preprocess_normalises_as_the_reference_does(root, channels_last):
     """The reference's dataset: (x - minval) * (1 / (maxval - minval)) per channel with
     stats.h5, in float32 numpy; ours on the device after the copy, equal to the bit, and a
     channels_last batch stays channels_last (no layout copy added)."""
-    from harness.config import RunConfig
-    from harness.optimize import build
+    from harness.config.run_config import RunConfig
+    from harness.run.build import build
     ds = _H5Batches(root, "train", SIZE, 2)
     idx = [3, 11, 7]
     x, y = ds[idx]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import sweep
+from harness.experiments import sweep
 from harness.launch import schedulers
 from harness.launch.backend import SweepPlan, launch
 from harness.launch.site import Site
-from results import schema
+from results.record import schema
 from tests.conftest import tiny_dataset
 
 SWEEP = """name: contract

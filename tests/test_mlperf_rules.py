@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import REPO, harness, run_dirs
-from harness import breakdown, compliance
+from harness.measure import breakdown
+from harness.experiments import compliance
 
 
 def test_breakdown_of_a_matmul_only_step_is_almost_all_compute_bound():
@@ -116,7 +117,7 @@ def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env, monkeypatch):
     assert r["instances"] == 2 and r["converged"] == 2 and r["instance_size"] == 1
     starts, stops = [], []
     for run in r["runs"]:
-        from harness.campaign import log_times
+        from harness.experiments.campaign import log_times
         t = log_times(Path(run["dir"]) / "mlperf.log")
         starts.append(t["run_start_ms"])
         stops.append(t["run_stop_ms"])
@@ -132,10 +133,10 @@ def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env, monkeypatch):
         assert s["staging"]["instances"] == 2 and s["staging"]["bytes_read"] == dataset_bytes
     assert {Path(s["staged_dir"]).name for s in summaries} == {"instance0", "instance1"}
     assert "models/min" in out.stdout
-    # the Parallelism page's weak-scaling table reads the same campaign (results/scaling.py)
+    # the Parallelism page's weak-scaling table reads the same campaign (results/analysis/scaling.py)
     from streamlit.testing.v1 import AppTest
 
-    from results import scaling
+    from results.analysis import scaling
     w = scaling.weak(Path(env["HARNESS_RESULTS"]))
     assert w[["instances", "converged", "ranks"]].iloc[0].tolist() == [2, 2, 2]
     assert w["models_per_min"].iloc[0] == pytest.approx(r["models_per_min"])

@@ -1,4 +1,4 @@
-"""Mixture of Experts (workloads/lm/moe.py) and expert parallel (harness/expert_parallel.py):
+"""Mixture of Experts (workloads/lm/moe.py) and expert parallel (harness/parallel/expert.py):
 the layer's routing, capacity, dropping and Switch loss pinned on hand-made routers; the
 active-parameter FLOPs; expert parallel under real mpiexec at 2 and 4 ranks gated against the
 one-rank MoE, its all-to-all bytes against the routing's; moe-tiny learns the Markov source."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import RunConfig
-from harness.errors import UsageError
-from results import schema
+from harness.config.run_config import RunConfig
+from harness.config.errors import UsageError
+from results.record import schema
 from tests.conftest import REPO, harness, run_dirs
 from workloads.lm import WORKLOAD as LM
 from workloads.lm import n_params_no_pos
@@ -165,7 +165,7 @@ def test_expert_parallel_matches_one_rank_and_accounts_the_all_to_all(moe_env, r
 @pytest.mark.slow
 def test_moe_tiny_learns_the_markov_source(tmp_path, data_root, monkeypatch):
     """Time-to-train: moe-tiny reaches the entropy rate + margin, as the dense tiny does."""
-    from harness.runner import execute
+    from harness.run.runner import execute
     monkeypatch.setenv("HARNESS_DATA", str(data_root))
     ref = LM.reference
     cfg = RunConfig(workload="lm", size="moe-tiny", mode="ttt", steps=ref.ttt_step_cap, warmup_steps=0,

@@ -1,4 +1,4 @@
-"""Parallel strategies (harness/parallel.py) with real mpiexec at 2 ranks on gloo: each one's
+"""Parallel strategies (harness/parallel/strategies.py) with real mpiexec at 2 ranks on gloo: each one's
 first losses equal the one-rank run of the same global batch (through the correctness gate),
 every collective's bytes per step equal the analytic volume, and sharding shows in the
 model-state bytes per rank."""
@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from results import report, schema
+from results.analysis import speedups as report
+from results.record import schema
 from tests.conftest import REPO, harness, run_dirs, tiny_dataset
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
@@ -147,7 +148,7 @@ def test_tensor_and_sequence_parallel_match_one_rank_and_account_every_byte(rank
     assert measured == pytest.approx(acc["analytic_per_step"], rel=0.01)
     sp = "parallel.sp=true" in sets
     assert ("reduce_scatter" in measured and "all_gather" in measured) if sp else measured["all_reduce"] > 0
-    from harness import registry
+    from harness.config import registry
     wl = registry.get("lm")
     full = 4 * sum(p.numel() for p in wl.build_model(wl.sizes["tiny"]).parameters())
     dp = ranks // 2  # tp shards the blocks' matrices (embeddings replicated); fsdp halves it all again
@@ -181,7 +182,7 @@ def test_parallel_strategy_in_one_process_is_refused_before_any_work(env):
 
 
 def test_parallel_sweep_cells_and_labels(tmp_path):
-    from harness import sweep
+    from harness.experiments import sweep
     path = tmp_path / "p.yaml"
     path.write_text("name: p\nworkloads: [lm]\nrepeats: 2\nmatrix: [baseline]\n"
                     "parallel: [{data: ddp}, {data: fsdp}]\nranks: [2, 4]\n")
@@ -203,7 +204,7 @@ def test_parallel_sweep_cells_and_labels(tmp_path):
 
 
 def test_records_before_the_parallel_section_keep_their_variant_ids():
-    from harness.config import RunConfig
+    from harness.config.run_config import RunConfig
     cfg = RunConfig(workload="lm")
     assert "parallel" in cfg.to_dict() and cfg.variant_hash() == "bb388c19df"  # the id it had before
     assert cfg.with_overrides(["parallel.data=fsdp"]).variant_hash() != cfg.variant_hash()
@@ -214,7 +215,7 @@ def test_records_before_the_parallel_section_keep_their_variant_ids():
 
 
 def test_profiler_breakdown_names_communication():
-    from harness.breakdown import CLASSES, classify
+    from harness.measure.breakdown import CLASSES, classify
     assert "communication" in CLASSES
     for name in ("c10d::allreduce_", "gloo:all_reduce", "record_param_comms", "c10d::_allgather_base_",
                  "_c10d_functional::wait_tensor", "nccl:all_reduce"):
@@ -227,7 +228,7 @@ def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_ra
     """parallel.batch_split: 12 and 4 samples of each global batch of 16, losses weighted by
     share, so the update is the one-rank one; with HARNESS_RANK_CPU the ranks are held to 1 and
     0.5 CPU for real (when this machine's cgroups allow it) and the record says so."""
-    from harness import rank_cpu
+    from harness.parallel import cpu_quota as rank_cpu
     quota = rank_cpu.unavailable() is None
     before = set(run_dirs(env))
     p = mpirun({**env, **({rank_cpu.ENV: "1,0.5"} if quota else {})}, 2, "run", "lm", *STEPS,

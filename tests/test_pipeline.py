@@ -1,7 +1,7 @@
-"""Pipeline parallel (harness/pipeline.py) with real mpiexec (and torchrun once) on gloo: every
+"""Pipeline parallel (harness/parallel/pipeline.py) with real mpiexec (and torchrun once) on gloo: every
 schedule's first losses equal the one-rank run of the same global batch (the correctness gate),
 every rank's sends, receives and all-reduces equal the analytic volume, the record holds every
-microbatch's forward and backward, and the bubble arithmetic (results/pipeline.py) is checked
+microbatch's forward and backward, and the bubble arithmetic (results/analysis/bubble.py) is checked
 on schedules drawn by hand."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import RunConfig
-from harness.errors import UsageError
-from results import pipeline as pipe
-from results import schema
+from harness.config.run_config import RunConfig
+from harness.config.errors import UsageError
+from results.analysis import bubble as pipe
+from results.record import schema
 from tests.conftest import REPO, harness, run_dirs, tiny_dataset
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from results import inventory, layer_costs, planner, step_sim
-from results.inventory import PlanError
-from results.links import LinkModel
-from results.pipeline import predicted_makespan, theory
+from results.planner import inventory
+from results.planner import layer_costs
+from results.planner import search as planner
+from results.analysis import schedule as step_sim
+from results.planner.inventory import PlanError
+from results.planner.links import LinkModel
+from results.analysis.bubble import predicted_makespan, theory
 from tests.conftest import REPO, harness
 
 FREE = inventory.Links(measured=False, busbw_gb_per_s=1e9, latency_us=1e-9)  # links that cost ~nothing
@@ -157,7 +160,7 @@ def tiny_profile(tmp_path_factory):
 
 
 def test_profile_measures_every_layer_kind_and_counts_the_model_once(tiny_profile):
-    from harness import registry
+    from harness.config import registry
     _, d = tiny_profile
     s = json.loads((d / "summary.json").read_text())
     assert json.loads((d / "status.json").read_text())["status"] == "finished"
@@ -192,10 +195,10 @@ def test_plan_from_measured_profiles_writes_a_cell_that_names_the_split(tiny_pro
 
 
 def test_written_cell_is_a_sweep_file_the_harness_runs(tmp_path):
-    from harness import sweep
+    from harness.experiments import sweep
     plan = {"strategy": "pp", "devices": ["a", "b"], "stage_order": ["b", "a"], "pp_split": [4, 2],
             "schedule": "1f1b", "microbatches": 4}
-    from harness.plan_cmd import _cell
+    from harness.planning.plan import _cell
     f = tmp_path / "cell.yaml"
     f.write_text(_cell(plan, "lm", "small", 8))
     (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if c["label"] != "baseline"]
@@ -208,11 +211,11 @@ def test_rank_cpu_quota_throttles_for_real_and_removes_its_group():
     import subprocess
     import sys
 
-    from harness import rank_cpu
+    from harness.parallel import cpu_quota as rank_cpu
     reason = rank_cpu.unavailable()
     if reason:
         pytest.skip(reason)
-    code = ("import json, resource, time\nfrom harness import rank_cpu\nq = rank_cpu.Quota(0.2)\n"
+    code = ("import json, resource, time\nfrom harness.parallel import cpu_quota\nq = cpu_quota.Quota(0.2)\n"
             "t0 = time.time(); c0 = time.process_time()\nwhile time.time() - t0 < 0.6: pass\n"
             "print(json.dumps({**q.throttled(), 'cpu_share': (time.process_time() - c0) / (time.time() - t0), "
             "'group': str(q.group)}))\nq.release()\n")
@@ -235,7 +238,7 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
     import subprocess
     import sys
 
-    from harness import rank_cpu
+    from harness.parallel import cpu_quota as rank_cpu
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path), "PYTHONPATH": str(REPO)}
     held = rank_cpu.unavailable() is None
     if held:

@@ -7,7 +7,7 @@ import plotly.io
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from results import report
+from results.analysis import speedups as report
 from tests.conftest import REPO, XSS
 
 APP = str(REPO / "portal" / "app.py")
@@ -203,8 +203,8 @@ def test_compare_two_runs_diffs_config_and_gives_verdict(monkeypatch, seeded):
         assert any(c.value == "identical" for c in at.caption)
     step = metrics.set_index("metric").loc["step time (B speedup over A)"]
     # the page's figures are the ones results computes from the same two records
-    from results import stats
-    from results.store import step_samples
+    from results.stats import estimators as stats
+    from results.store.frames import step_samples
     from portal.data import N_BOOT
     dirs = report.records_frame(root / "runs").set_index("run_id")["record_dir"]
     sp = stats.speedup([step_samples(dirs[a])], [step_samples(dirs[b])], n_boot=N_BOOT)

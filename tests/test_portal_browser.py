@@ -122,7 +122,7 @@ WAIT = {"overview": CHART, "ablation": CHART, "runs": TABLE, "run_detail": CHART
 def _expected_text(root: Path) -> dict[str, list[str]]:
     """What each page must say about the seeded store, from `results` on the same records."""
     import results
-    from results import report
+    from results.analysis import speedups as report
     df = results.load_runs(f"sqlite:///{root / 'mlflow.db'}")
     sha = report.records_frame(root / "runs")["git_sha"].dropna().iloc[0]
     return {
@@ -154,7 +154,8 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
     """The labels beside the Overview's points are report.speedup_table's, from the same store."""
     import results
     from portal import charts
-    from results import report, stats
+    from results.analysis import speedups as report
+    from results.stats import estimators as stats
     df = results.load_runs(f"sqlite:///{seeded[0] / 'mlflow.db'}")
     df = df[df["sweep"].str.startswith("portal@")]
     t = report.speedup_table(df, n_boot=stats.N_BOOT).dropna(subset=["speedup"])

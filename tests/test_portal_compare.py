@@ -3,7 +3,7 @@
 reason, and Ablation lists the baseline first and says why a toggle has no bar."""
 from __future__ import annotations
 
-from results import report
+from results.analysis import speedups as report
 from tests.conftest import XSS
 from tests.test_portal import _page
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from results import collectives, report
-from results import pipeline as pipe
+from results.analysis import collectives
+from results.record import comm as comm_record
+from results.analysis import speedups as report
+from results.analysis import bubble as pipe
 from tests.conftest import REPO, sweep_store
 from tests.test_mpi import mpiexec
 
@@ -57,15 +59,15 @@ def _ddp_prediction(root: Path, recs) -> str:
     runs = report.records_frame(root / "runs")
     runs["config"] = report.label_configs(runs)
     ddp = runs[runs["config"] == "ddp@2"].iloc[0]
-    rows = collectives.table(recs[(recs["collective"] == "all_reduce") & (recs["backend"] == "gloo")]
+    rows = comm_record.table(recs[(recs["collective"] == "all_reduce") & (recs["backend"] == "gloo")]
                              ["record_dir"].iloc[0])
     calls, nbytes = ddp["comm_all_reduce_calls_per_step"], ddp["comm_all_reduce_bytes_per_step"]
-    want_ms = 1e3 * calls * collectives.time_at(rows, nbytes / calls)
+    want_ms = 1e3 * calls * comm_record.time_at(rows, nbytes / calls)
     return f"ddp@2: predicted communication {want_ms:.1f} ms of a {1e3 * ddp['median_step_s']:.1f} ms step"
 
 
 def _comm(root: Path):
-    from results.tracking import default_tracking_uri
+    from results.store.tracking import default_tracking_uri
     recs = collectives.load_comm(default_tracking_uri(root))
     return recs, collectives.largest(collectives.size_frame(recs))
 
@@ -104,8 +106,8 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
     at = _app_page(monkeypatch, parallel_store, "pages/collectives.py")
     verdicts, not_measured = at.text[0].value.splitlines(), at.text[1].value
     ceilings = collectives.ceilings_by_backend(recs.iloc[0].to_dict())
-    assert verdicts == collectives.verdict_lines(top, ceilings) and len(verdicts) == len(collectives.COLLECTIVES)
-    for c in collectives.COLLECTIVES:  # each line names both backends with the recorded busbw
+    assert verdicts == collectives.verdict_lines(top, ceilings) and len(verdicts) == len(comm_record.COLLECTIVES)
+    for c in comm_record.COLLECTIVES:  # each line names both backends with the recorded busbw
         rows = top[top["collective"] == c].set_index("backend")
         line = next(v for v in verdicts if v.startswith(f"{c} (float32, 1 MiB): busbw "))
         for b in ("gloo", "mpi"):
@@ -114,7 +116,7 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
         assert line.endswith("% of the memory-copy ceiling") and f"; {100 * best / ceilings['mpi'][1]:.0f}%" in line
     assert "nccl all_reduce: unsupported: NCCL needs CUDA GPUs" in not_measured
     shown = at.dataframe[0].value
-    assert len(shown) == 2 * len(collectives.COLLECTIVES)
+    assert len(shown) == 2 * len(comm_record.COLLECTIVES)
     assert sorted(shown["busbw_gb_per_s"]) == pytest.approx(sorted(top["busbw_gb_per_s"]))
     assert len(at.get("plotly_chart")) == 2
     text = " ".join(str(c.value) for c in at.caption)
@@ -130,7 +132,7 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
 
 
 def pipe_record(record_dir: str) -> dict:
-    from results import schema
+    from results.record import schema
     return schema.read_record(Path(record_dir))["summary"]["pipeline"]
 
 
@@ -216,6 +218,6 @@ def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
         for line in collectives.verdict_lines(top, collectives.ceilings_by_backend(recs.iloc[0].to_dict())):
             assert line in body, line
         assert "nccl send_recv: unsupported: NCCL needs CUDA GPUs" in body
-        for words in ("gloo (ip)", "mpi (oop)", "memory copy, all cores", *collectives.COLLECTIVES):
+        for words in ("gloo (ip)", "mpi (oop)", "memory copy, all cores", *comm_record.COLLECTIVES):
             assert words in legend, words  # the legend and every collective's panel
         browser.close()

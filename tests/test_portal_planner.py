@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from results import plan_report
+from results.planner import report as plan_report
 from tests.conftest import harness
 from tests.test_portal_parallel import _app_page
 

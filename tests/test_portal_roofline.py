@@ -10,7 +10,8 @@ import plotly.io
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from results import report, roofline_report
+from results.analysis import speedups as report
+from results.analysis import roofline as roofline_report
 from tests.test_portal import _page as portal_page
 from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
 

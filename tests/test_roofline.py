@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from conftest import harness, run_dirs
-from harness import breakdown, membw, op_counts, op_roofline, registry, roofline
+from harness.measure import breakdown
+from harness.measure import membw
+from harness.measure import op_counts
+from harness.measure import op_roofline
+from harness.config import registry
+from harness.measure import roofline
 
 NAMES = registry.names()
 

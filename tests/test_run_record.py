@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from results import schema
-from results.ingest import ingest_all, ingest_run
-from results.store import load_runs, step_samples
+from results.record import schema
+from results.store.ingest import ingest_all, ingest_run
+from results.store.frames import load_runs, step_samples
 from tests.conftest import REPO, harness, run_dirs
 
 
@@ -93,7 +93,7 @@ def test_half_written_run_is_replaced_not_duplicated(tiny_run, tmp_path, bulk):
     (bulk: one search up front; single: a search per record) deletes it and writes the run in full."""
     from mlflow.tracking import MlflowClient
 
-    from results.ingest import COMPLETE_TAG, EXPERIMENT, _client, experiment_id
+    from results.store.ingest import COMPLETE_TAG, EXPERIMENT, _client, experiment_id
 
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     exp = experiment_id(_client(uri))

@@ -1,7 +1,7 @@
 """MLPerf scoring on hand-made run lists, and MFU against a hand calculation."""
 import pytest
 
-from results.scoring import mfu_pct, olympic, weak_scaling
+from results.stats.scoring import mfu_pct, olympic, weak_scaling
 
 
 def test_olympic_drops_fastest_and_slowest():

@@ -143,7 +143,7 @@ def test_sweep_as_array_then_dependent_ingest(slurm, env, tmp_path, data_root):
     assert gated[0]["config"]["reference_run"]  # phase 2 found its baseline for the gate
 
     import mlflow
-    from results.store import load_runs
+    from results.store.frames import load_runs
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     df = load_runs(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     assert len(df) == 4 and df["slurm_job_id"].astype(str).str.len().min() > 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from results import stability
+from results.stats import stability
 from tests.conftest import harness, run_dirs
 
 
@@ -37,9 +37,10 @@ def test_the_store_judges_from_the_same_figures_as_the_records(tmp_path):
     reads must reach the store, or the portal calls a run stable that the CLI calls unstable."""
     import random
 
-    from results import report, store
-    from results.ingest import ingest_all
-    from results.perf import write_record
+    from results.analysis import speedups as report
+    from results.store import frames as store
+    from results.store.ingest import ingest_all
+    from results.store.benchmark import write_record
     d = write_record(tmp_path / "runs", "judge@0001", "baseline", 0, random.Random(0))
     summary = json.loads((d / "summary.json").read_text())
     summary.update(cv_step=0.18, others_cpu_frac=0.45, steal_frac=0.07, cpu_per_wall=1.1, cpus=2,
@@ -99,7 +100,7 @@ def test_a_sweep_under_load_ends_with_the_warning(env, tmp_path):
 
 
 def test_doctor_names_what_makes_the_machine_noisy(env):
-    from harness import doctor
+    from harness.measure import doctor
     text, warnings = doctor.report([doctor.Check("steal", False, "hypervisor took 9.0% of CPU time", "a shared VM"),
                                     doctor.Check("memory", True, "97% available")])
     assert warnings == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from results import stats
+from results.stats import estimators as stats
 
 
 def _runs(rng, median, spread, n_runs=5, n=40):
@@ -102,7 +102,7 @@ def test_vectorised_bootstrap_matches_the_loop_definition(lengths):
 def test_paired_speedup_cancels_load_that_hits_both_runs_of_a_repeat():
     """Repeat 1 ran under load (both runs 5-10x slower): the pooled ratio of medians mixes the
     loaded config run with quiet baseline runs, the per-repeat ratio does not."""
-    from results.paired import Runs, paired_speedup
+    from results.stats.paired import Runs, paired_speedup
     keys = [("s", "0"), ("s", "1"), ("s", "2")]
     base = Runs([[10.0] * 5, [100.0] * 5, [10.0] * 5], keys)
     conf = Runs([[5.0] * 5, [50.0] * 5, [5.0] * 5], keys)

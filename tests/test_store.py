@@ -1,13 +1,13 @@
-"""The run index (results/store.py) shows exactly what a full MLflow search shows."""
+"""The run index (results/store/frames.py) shows exactly what a full MLflow search shows."""
 from __future__ import annotations
 
 import random
 
 import pandas as pd
 
-from results.perf import write_record
-from results import store
-from results.ingest import ingest_all
+from results.store.benchmark import write_record
+from results.store import frames as store
+from results.store.ingest import ingest_all
 
 
 def test_index_kept_by_ingest_equals_a_full_mlflow_search(tmp_path):

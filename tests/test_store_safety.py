@@ -96,7 +96,7 @@ def die(*_):  # a SIGKILL at a fixed point of the schema's creation: a crash or 
     if count[0] == int(sys.argv[3]):
         os.kill(os.getpid(), signal.SIGKILL)
 if sys.argv[1] == "harness":
-    from results.tracking import client
+    from results.store.tracking import client
     client("sqlite:///" + sys.argv[2])
 else:  # what MLflow does by itself, as this harness did before: migrate the store file in place
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore

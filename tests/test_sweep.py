@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import sweep
-from results import report
-from results.store import step_samples
-from harness.config import RunConfig, UsageError
+from harness.experiments import sweep
+from results.analysis import speedups as report
+from results.store.frames import step_samples
+from harness.config.run_config import RunConfig, UsageError
 from tests.conftest import harness, run_dirs
 
 
@@ -126,7 +126,7 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
 
 
 FAULT = '''
-import harness.loop as _loop
+import harness.run.loop as _loop
 _train = _loop.train
 def train(cfg, *a, **k):
     if cfg.toggles.channels_last:
@@ -208,5 +208,5 @@ def test_sigterm_to_the_sweep_stops_its_cell_records_it_killed_and_ingests(env, 
     with pytest.raises(ProcessLookupError):  # the cell's process is gone, not re-parented and running on
         os.kill(pid, 0)
     assert "ingested 1 new records" in out and "stopped by SIGTERM" in err and "1 cell(s) not started" in err
-    from results.store import load_runs
+    from results.store.frames import load_runs
     assert load_runs(f"sqlite:///{Path(env['HARNESS_RESULTS']) / 'mlflow.db'}")["status"].tolist() == ["killed"]

@@ -8,11 +8,12 @@ import sys
 import pytest
 import torch
 
-from harness import registry, runner
-from harness.config import RunConfig, Toggles
-from harness.optimize import TrainStep, build
-from harness.optimize import check as unsupported_reason
-from results import schema
+from harness.config import registry
+from harness.run import runner
+from harness.config.run_config import RunConfig, Toggles
+from harness.run.build import TrainStep, build
+from harness.run.build import check as unsupported_reason
+from results.record import schema
 
 WL = registry.get("cosmoflow")
 
@@ -117,7 +118,7 @@ def test_cuda_graphs_record_is_unsupported_never_eager(tmp_path, monkeypatch, da
 def test_graph_safe_sgd_keeps_numerics_and_schedule():
     """cuda_graphs switches CosmoFlow's SGD to a device-tensor LR and the fused kernel (the
     foreach path would read the LR on the host inside the capture). Same updates, same schedule."""
-    from harness.graph_capture import graph_safe_optimizer
+    from harness.run.graph_capture import graph_safe_optimizer
 
     torch.manual_seed(0)
     size = WL.sizes["tiny"]
@@ -145,7 +146,7 @@ def test_training_state_restore_undoes_warmup_steps(workload):
     """cuda_graphs warms up on the first batch before capture; TrainingState.restore must put
     weights, BN statistics and optimizer state back so the first replay is a true step 0
     (on an H200 the un-restored version started at half the baseline loss: fail_accuracy)."""
-    from harness.graph_capture import TrainingState, graph_safe_optimizer
+    from harness.run.graph_capture import TrainingState, graph_safe_optimizer
 
     wl = registry.get(workload)
     size = wl.sizes["tiny"]
@@ -182,7 +183,7 @@ def test_training_state_restore_undoes_warmup_steps(workload):
 
 # -- the ordered builder and the one toggle declaration ----------------------------------------
 def test_build_steps_run_in_the_documented_order():
-    import harness.optimize as opt
+    import harness.run.build as opt
     names = [n for n, _ in opt.BUILD_STEPS]
     assert names == ["device", "layout", "amp", "pipeline_split", "tensor_parallel", "expert_parallel",
                      "data_parallel", "compile", "pipeline_schedule", "optimizer", "graph_capture"]
@@ -205,11 +206,11 @@ def test_cuda_graphs_with_fp16_is_refused_up_front_on_any_machine():
 
 def test_every_toggle_is_read_only_in_its_declared_owner():
     """`<x>.toggles.<name>` attribute reads (not strings or docs) across harness/, staging/ and
-    workloads/: each toggle appears in exactly its owner module (results/toggles.py)."""
+    workloads/: each toggle appears in exactly its owner module (results/record/toggles.py)."""
     import ast
     from pathlib import Path
 
-    from results.toggles import TOGGLES
+    from results.record.toggles import TOGGLES
     from tests.conftest import REPO
     readers: dict[str, set[str]] = {t.name: set() for t in TOGGLES}
     for pkg in ("harness", "staging", "workloads"):
@@ -226,9 +227,10 @@ def test_every_toggle_is_read_only_in_its_declared_owner():
 def test_toggles_dataclass_gate_sweep_and_report_derive_from_the_declaration():
     import dataclasses as dc
 
-    from harness import gate, sweep
-    from results import report
-    from results.toggles import TOGGLES
+    from harness.run import gate
+    from harness.experiments import sweep
+    from results.analysis import speedups as report
+    from results.record.toggles import TOGGLES
     fields = dc.fields(Toggles)
     assert [f.name for f in fields] == [t.name for t in TOGGLES]
     assert [f.default for f in fields] == [t.default for t in TOGGLES]

@@ -23,7 +23,7 @@ def free_port() -> int:
 
 
 def start_server(root: Path, port: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "results.server", "--dir", str(root), "--port", str(port),
+    return subprocess.Popen([sys.executable, "-m", "results.store.server", "--dir", str(root), "--port", str(port),
                              "--workers", "2"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -49,8 +49,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 def make_records(runs: Path, n: int, sweep: str) -> list[Path]:
     """Real run records (RunRecord writes them as a run would), a few steps each."""
-    from harness.config import RunConfig
-    from harness.record import RunRecord
+    from harness.config.run_config import RunConfig
+    from harness.run.record import RunRecord
     out = []
     for i in range(n):
         rec = RunRecord(runs, RunConfig(workload="lm", seed=i + 1, sweep=sweep), {"hostname": "test"})
@@ -86,7 +86,7 @@ def test_16_concurrent_bulk_ingests_give_exactly_one_run_per_record(server, tmp_
     assert sum(int(out.split(": ")[1].split()[0]) for _, out, _ in outcomes) == 20
     assert store_runs(server) == {"run_ids": sorted(d.name for d in dirs), "deleted": 0, "incomplete": 0,
                                   "parents": ["many@1"]}
-    from results.store import load_runs
+    from results.store.frames import load_runs
     assert sorted(load_runs(server)["run_id"]) == sorted(d.name for d in dirs)
 
 
@@ -94,7 +94,7 @@ def test_ingest_waits_out_a_briefly_unreachable_server(tmp_path):
     (d,) = make_records(tmp_path / "runs", 1, sweep="")
     before = {f.name: f.read_bytes() for f in d.iterdir()}
     port = free_port()
-    code = "import sys; from results.ingest import ingest_run; print(ingest_run(sys.argv[1], sys.argv[2]))"
+    code = "import sys; from results.store.ingest import ingest_run; print(ingest_run(sys.argv[1], sys.argv[2]))"
     ingest = subprocess.Popen([sys.executable, "-c", code, str(d), f"http://127.0.0.1:{port}"], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**__import__("os").environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})

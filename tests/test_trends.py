@@ -22,7 +22,8 @@ import textwrap
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from results import report, trends
+from results.analysis import speedups as report
+from results.analysis import trends
 from tests.conftest import REPO
 
 SOURCES = ["harness", "workloads", "staging", "results", "pyproject.toml"]

@@ -13,11 +13,13 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import data, registry, runner
-from harness.op_counts import grouped_conv_backward_flop
-from harness.config import RunConfig
-from harness.optimize import build
-from results import schema
+from harness.run import data
+from harness.config import registry
+from harness.run import runner
+from harness.measure.op_counts import grouped_conv_backward_flop
+from harness.config.run_config import RunConfig
+from harness.run.build import build
+from results.record import schema
 from tests.conftest import tiny_dataset
 
 NAMES = registry.names()
@@ -150,5 +152,5 @@ def test_golden_first_losses(name, tmp_path, data_root, monkeypatch):
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(json.dumps({"seed": 1, "losses": losses}, indent=1) + "\n")
     golden = json.loads(path.read_text())["losses"]
-    # first three steps (later ones amplify float reordering; see harness/gate.py)
+    # first three steps (later ones amplify float reordering; see harness/run/gate.py)
     assert losses[:3] == pytest.approx(golden[:3], rel=1e-4)

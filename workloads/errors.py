@@ -1,7 +1,7 @@
 """Errors raised below the harness: by workload loaders and data writers, and by staging.
 
 They live here, in the lowest package, so that workloads/ and staging/ raise them without
-importing harness/ (the harness imports both; an edge back would be a cycle). harness.errors
+importing harness/ (the harness imports both; an edge back would be a cycle). harness.config.errors
 re-exports them beside the harness's own run-ending exceptions.
 """
 

@@ -1,7 +1,7 @@
 """One launcher protocol for every scheduler (ReFrame's scheduler registry: each backend
 renders, submits, polls and cancels; the site file names which one).
 
-A sweep is planned once (harness/sweep.py) into cells; `launch` writes them to
+A sweep is planned once (harness/experiments/sweep.py) into cells; `launch` writes them to
 results/sweeps/<sweep id>/cells.json, asks the backend to render jobs for the cells still to
 run, and submits the jobs in order with their dependencies:
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harness.errors import UsageError
+from harness.config.errors import UsageError
 
 CELLS = "cells.json"
 JOBS = "jobs.json"

@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 
 from harness.launch.backend import Job, SweepPlan
-from results import schema
-from results.paths import results_root
+from results.record import schema
+from results.record.paths import results_root
 
 RUN_TIMEOUT_S = 1800  # one configuration; a hung run is killed and recorded by its own handler
 _RESULT = re.compile(r"^(\w+): (\S+) \((.+?)\)")  # the last line `harness cell` prints
@@ -128,9 +128,9 @@ class LocalBackend:
 
     def _ingest_and_summarize(self) -> None:
         """The ingest job's two commands (`python -m results ingest`, `... summary`), in-process."""
-        from results.ingest import ingest_all
-        from results.report import print_sweep_summary
-        from results.tracking import default_tracking_uri
+        from results.store.ingest import ingest_all
+        from results.analysis.speedups import print_sweep_summary
+        from results.store.tracking import default_tracking_uri
         root = self._plan.results
         uri = default_tracking_uri(root)
         try:

@@ -1,7 +1,7 @@
 """The scheduler registry (ReFrame's `getscheduler(name)`): a site file's `scheduler` names one."""
 from __future__ import annotations
 
-from harness.errors import UsageError
+from harness.config.errors import UsageError
 from harness.launch.backend import Backend
 from harness.launch.local import LocalBackend
 from harness.launch.slurm import SlurmBackend

@@ -23,10 +23,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.config.errors import UsageError
 from harness.launch.backend import Job, SubmitError, SweepPlan, safe
 from harness.launch.site import Site
-from results.paths import REPO_ROOT
+from results.record.paths import REPO_ROOT
 
 
 # -- arrays -----------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from portal import charts, data
-from results import collectives
+from results.analysis import collectives
 
 st.title("Collectives: bandwidth and latency per backend")
 data.refresh_button()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from portal import charts, data
-from results import scaling
-from results.paths import results_root
-from results.report import COLLECTIVES, verdict_line
+from results.analysis import scaling
+from results.record.paths import results_root
+from results.analysis.speedups import COLLECTIVES, verdict_line
 
 
 def show_weak_scaling() -> None:

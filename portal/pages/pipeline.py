@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from portal import charts, data
-from results import pipeline as pipe
+from results.analysis import bubble as pipe
 
 st.title("Pipeline: schedules and their bubble")
 df = data.load_or_stop()

@@ -8,8 +8,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from results import plan_report
-from results.paths import results_root
+from results.planner import report as plan_report
+from results.record.paths import results_root
 
 st.title("Planner: unequal devices, predicted and measured")
 root = results_root()

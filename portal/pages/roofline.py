@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from portal import data
-from results import roofline_report as rr
+from results.analysis import roofline as rr
 
 st.title("Roofline: where each run sits against the device's ceilings")
 df = data.load_or_stop()
@@ -17,7 +17,7 @@ if points.empty:
     st.info("No profiled runs with a roofline yet. Every run records one in its profiled phase "
             "(profile_steps > 0): run `make demo`, or `python -m harness roofline` for this machine's ceilings.")
     st.stop()
-st.caption("Roofs measured on the device (harness/roofline.py): peak FLOP/s = the best large matmul at the run's "
+st.caption("Roofs measured on the device (harness/measure/roofline.py): peak FLOP/s = the best large matmul at the run's "
            "dtype; bandwidth = STREAM triad (3 arrays per pass) at the rank's threads; ridge = peak / bandwidth. "
            "Intensity = FLOPs per byte read and written by each op (inputs + outputs of the unfused graph: a lower "
            "bound on memory traffic). Ops torch's FLOP counter gives no FLOPs (pointwise, norms, copies) are in "

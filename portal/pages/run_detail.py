@@ -9,7 +9,7 @@ import plotly.express as px
 import streamlit as st
 
 from portal import charts, data
-from results import schema
+from results.record import schema
 
 st.title("Run detail")
 df = data.load_or_stop()

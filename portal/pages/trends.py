@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from portal import charts, data
-from results import trends
+from results.analysis import trends
 
 st.title("Trends across commits")
 df = data.load_or_stop()

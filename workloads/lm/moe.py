@@ -13,7 +13,7 @@ of the group's tokens whose first choice is e, P_e the mean router probability o
 over groups. Its gradient joins backward through AuxLossScaler (as Megatron-LM's
 MoEAuxLossAutoScaler): the model's output and the reported loss stay the cross-entropy.
 
-Expert parallel: the harness gives the layer an `ep` group (harness/expert_parallel.py); the
+Expert parallel: the harness gives the layer an `ep` group (harness/parallel/expert.py); the
 layer then holds only its E/N experts, and tokens go to their experts' ranks and back with
 two all_to_all_single calls of variable splits (autograd-aware), after one all_to_all of the
 per-expert counts.

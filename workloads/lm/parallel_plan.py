@@ -7,7 +7,7 @@ before the pair plus a reduce-scatter after it (same volume, activations per ran
 Token and position embeddings, the final LayerNorm and the (tied) head stay replicated: every
 tensor-parallel rank computes them on the same full-sequence tensors. With sequence parallel
 the first block takes its rank's slice of the sequence and the final LayerNorm all-gathers it.
-The harness owns the mesh and applies the plan (harness/parallel.py).
+The harness owns the mesh and applies the plan (harness/parallel/strategies.py).
 """
 from __future__ import annotations
 

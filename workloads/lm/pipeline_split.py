@@ -4,7 +4,7 @@ embeddings on the first stage, a run of consecutive transformer blocks on every 
 final LayerNorm and the head on the last (the loss is computed on its output by the schedule).
 
 The head's weight is tied to the token embedding. Split over ranks, the two become copies on
-the first and last stage, equal at init (same seed); harness/pipeline.py sums their gradients
+the first and last stage, equal at init (same seed); harness/parallel/pipeline.py sums their gradients
 over those two ranks every step (Megatron's embedding group), so both take the same update and
 the pipeline trains the same function as one device.
 """

@@ -1,0 +1,3 @@
+from harness.bench.driver import main
+
+raise SystemExit(main())

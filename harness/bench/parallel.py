@@ -1,0 +1,85 @@
+"""Parallel strategies benchmark for `make perf` (not a test): every strategy of
+harness/parallel/strategies.py at 2 ranks under mpiexec, each run paired with a DDP run just before it
+(rounds of DDP, X, DDP, Y ...), so machine drift between rounds cancels in the per-pair ratio
+(results/stats.paired_ratio). Per strategy: step time vs DDP with a bootstrap CI, bytes per
+step by collective beside the analytic volume, model-state and peak memory per rank (live
+tensor bytes from the profiler's memory timeline; the process's peak RSS beside it).
+
+Sized where the claims are visible: LM small (10.9 M parameters; 175 MB of fp32 model state
+under DDP), so FSDP's and ZeRO-1's sharding shows in the process's peak memory too.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from results.record import schema
+from results.stats import estimators as stats
+from results.record.paths import REPO_ROOT
+
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+STRATEGIES = {"zero1": ["parallel.data=zero1"], "fsdp": ["parallel.data=fsdp"], "tp2": ["parallel.tp=2"],
+              "tp2+sp": ["parallel.tp=2", "parallel.sp=true"]}
+
+
+def _run(env: dict, results: Path, sets: list[str], workload: str, size: str, steps: int, batch: int) -> dict:
+    before = set(schema.record_dirs(results / "runs"))
+    args = [MPIEXEC, "-n", "2", sys.executable, "-m", "harness", "run", workload, "--size", size, "--no-ingest",
+            "--set", f"steps={steps}", "--set", "warmup_steps=1", "--set", "profile_steps=0",
+            "--set", f"batch_size={batch}"]
+    for s in sets:
+        args += ["--set", s]
+    subprocess.run(args, check=True, capture_output=True, env=env, cwd=REPO_ROOT)
+    (d,) = [d for d in schema.record_dirs(results / "runs") if d not in before]
+    return schema.read_record(d)["summary"]
+
+
+def parallel_strategies(workload: str = "lm", size: str = "small", steps: int = 4, rounds: int = 2,
+                        batch: int = 8) -> dict:
+    """Global batch 8 (the size's default is 32): a step of LM small takes 1.7 s on this 2-core
+    machine at 2 ranks x 1 thread, 6.8 s at 32, and every run also evaluates once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "HARNESS_RESULTS": tmp}
+        env.pop("MLFLOW_TRACKING_URI", None)
+        ddp_ms: dict[str, list[float]] = {k: [] for k in STRATEGIES}
+        got_ms: dict[str, list[float]] = {k: [] for k in STRATEGIES}
+        last: dict[str, dict] = {}
+        for _ in range(rounds):
+            for name, sets in STRATEGIES.items():  # DDP right before each: a pair
+                last["ddp"] = _run(env, Path(tmp), [], workload, size, steps, batch)
+                ddp_ms[name].append(1000 * last["ddp"]["median_step_s"])
+                last[name] = _run(env, Path(tmp), sets, workload, size, steps, batch)
+                got_ms[name].append(1000 * last[name]["median_step_s"])
+    out: dict = {"workload": f"{workload}/{size}", "ranks": 2, "global_batch": batch, "steps": steps, "rounds": rounds,
+                 "ddp": _figures(last["ddp"])}
+    for name in STRATEGIES:
+        r = stats.paired_ratio(got_ms[name], ddp_ms[name])
+        out[name] = {"step_ms": float(np.median(got_ms[name])), "ddp_step_ms": float(np.median(ddp_ms[name])),
+                     "step_time_vs_ddp": r["ratio"], "ci95": [r["ci_lo"], r["ci_hi"]],
+                     "pairs": [round(g / d, 3) for g, d in zip(got_ms[name], ddp_ms[name])], **_figures(last[name])}
+    worst = max(abs(v["measured"] - v["analytic"]) / max(v["analytic"], 1)
+                for fig in [out["ddp"], *(out[n] for n in STRATEGIES)] for v in fig["collectives"].values())
+    out["bytes_vs_analytic_worst"] = worst
+    out["targets"] = {"bytes_within_1pct": worst <= 0.01,
+                      "fsdp_state_half_of_ddp": out["fsdp"]["model_state_mib"] / out["ddp"]["model_state_mib"],
+                      "zero1_optimizer_half_of_ddp": out["zero1"]["optimizer_mib"] / out["ddp"]["optimizer_mib"],
+                      "fsdp_peak_below_ddp": out["fsdp"]["peak_tensor_mib"] < out["ddp"]["peak_tensor_mib"]}
+    return out
+
+
+def _figures(s: dict) -> dict:
+    acc = s["parallel"]
+    coll = {k: {"measured": v["bytes"], "analytic": acc["analytic_per_step"].get(k, 0)}
+            for k, v in acc["measured_per_step"].items()}
+    for k, v in acc["analytic_per_step"].items():
+        coll.setdefault(k, {"measured": 0, "analytic": v})
+    mib = 2 ** 20
+    return {"collectives": coll, "model_state_mib": s["mem_model_state_bytes_per_rank"] / mib,
+            "optimizer_mib": s["mem_optimizer_bytes_per_rank"] / mib,
+            "peak_tensor_mib": s.get("mem_peak_bytes_per_rank", float("nan")) / mib,
+            "peak_rss_mib": s.get("mem_peak_rss_bytes_per_rank", float("nan")) / mib}

@@ -1,0 +1,167 @@
+"""Heterogeneous planner check for `make perf` (not a test): two ranks made unequal for real
+(cgroup CPU quotas, harness/parallel/cpu_quota.py: 1 CPU against 0.5 and 0.25), LM small, under mpiexec.
+
+For each ratio: measure the links (`harness comm`) and profile both device kinds (`harness
+profile`) on the two ranks held as the job will hold them, both at once; plan data parallel and
+pipeline parallel (`harness plan`), run the planned split and the uniform one in alternation,
+and each device alone on the whole global batch; then per plan the measured step time against
+the simulator's prediction, and utilization = mixed throughput / (sum of the devices' alone
+throughputs), measured and predicted.
+
+Each run's steps are timed by the harness itself (median steady step, the slowest rank's);
+load on the machine is read before and after every run and kept beside its figures. The
+dataset is LM small's with a short validation split (its end-of-run evaluation at 0.25 CPU
+would otherwise take minutes; quality is not what this measures). The check's figures also go
+to results/plans/check-*.json for the portal's Planner page.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.parallel import cpu_quota as rank_cpu
+from harness.config import registry
+from harness.comm.bench import load_now
+from results.planner import report as plan_report
+from results.record import schema
+from results.record.paths import REPO_ROOT, results_root
+
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+SIZE = "small"
+FAST = 1.0
+STEPS, WARMUP = 5, 1
+
+
+def _harness(env: dict, *args: str, ranks: int = 1) -> str:
+    cmd = ([MPIEXEC, "-n", str(ranks)] if ranks > 1 else []) + [sys.executable, "-m", "harness", *args]
+    p = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(args[:2])} failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    return p.stdout
+
+
+def _run(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, sets: list[str]) -> dict:
+    before = set(schema.record_dirs(results / "runs"))
+    load0 = load_now()
+    args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
+            "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
+            "--set", "threads=1"]
+    for s in sets:
+        args += ["--set", s]
+    _harness({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, *args, ranks=len(cpus))
+    (d,) = [d for d in schema.record_dirs(results / "runs") if d not in before]
+    s = schema.read_record(d)["summary"]
+    return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
+            "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
+
+
+def _plan(env: dict, results: Path, inv: Path, batch: int, strategy: str) -> dict:
+    _harness(env, "plan", "--devices", str(inv), "--workload", "lm", "--size", SIZE,
+             "--global-batch", str(batch), "--strategy", strategy)
+    newest = max((results / "plans").glob(f"plan-lm-{SIZE}-{strategy}-*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(newest.read_text())
+
+
+def _dataset(tmp: Path) -> Path:
+    wl = registry.get("lm")
+    root = tmp / "lm-small-shortval"
+    wl.write_dataset(root, dataclasses.replace(wl.sizes[SIZE], val_tokens=1 << 12), 0)
+    return root
+
+
+def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus: dict) -> dict:
+    """Predicted against measured for a plan's split and the uniform one."""
+    rate_alone = sum(batch / alone[k]["median_step_s"] for k in plan["devices"])
+    rows = {}
+    for which, pred in (("planned", plan["predicted"]), ("uniform", plan["uniform"]["predicted"])):
+        runs = measured[which]
+        step = statistics.median(r["median_step_s"] for r in runs)
+        rows[which] = {"predicted_step_s": round(pred["step_s"], 4), "measured_step_s": round(step, 4),
+                       "measured_steps_s": [round(r["median_step_s"], 4) for r in runs],
+                       "error": round(pred["step_s"] / step - 1, 4),
+                       "utilization_predicted": round(pred["utilization"], 4),
+                       "utilization_measured": round(batch / step / rate_alone, 4),
+                       "load_1m": [r["load_1m"] for r in runs]}
+    split = plan.get("batch_split") or plan.get("pp_split")
+    uniform = plan["uniform"].get("batch_split") or plan["uniform"].get("pp_split")
+    return {"plan": name, "split": split, "uniform_split": uniform, "cpus_by_rank": cpus,
+            "microbatches": plan.get("microbatches"), "stage_order": plan.get("stage_order"), **rows,
+            "planned_over_uniform_throughput": round(rows["uniform"]["measured_step_s"] / rows["planned"]["measured_step_s"], 3)}
+
+
+def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, rounds: int = 2) -> dict:
+    reason = rank_cpu.unavailable()
+    if reason:
+        return {"skipped": reason}
+    out: dict = {"workload": f"lm/{SIZE}", "fast_cpus": FAST, "steps": STEPS, "checks": []}
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        env = {**os.environ, "HARNESS_RESULTS": str(tmp)}
+        env.pop("MLFLOW_TRACKING_URI", None)
+        data_dir = _dataset(tmp)
+        for ratio in ratios:
+            slow = FAST / ratio
+            kinds = {"cpu1": FAST, f"cpu{slow:g}": slow}
+            held = {**env, rank_cpu.ENV: f"{FAST},{slow}"}
+            # links and profiles measured on the two ranks as the job will hold them, both at once
+            _harness(held, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
+                     "-n", "5", "--no-ingest", ranks=2)
+            _harness(held, "profile", "lm", "--size", SIZE, "--microbatches", "1,2,4,8,12", "--repeats", "3",
+                     "--threads", "1", "--cell-s", "1.0", ranks=2)
+            profiles = {FAST: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{FAST}-r0-*")),
+                        slow: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{slow}-r1-*"))}
+            inv = tmp / f"inventory-{ratio:g}.yaml"
+            inv.write_text("devices:\n" + "".join(
+                f"  - {{kind: {k}, count: 1, memory_gb: 4, profile: {profiles[c]}}}\n" for k, c in kinds.items())
+                + "links: {collectives: measured, backend: gloo}\n")
+            alone = {k: _run(env, tmp, data_dir, [c], batch, []) for k, c in kinds.items()}
+            dp = _plan(env, tmp, inv, batch, "dp")
+            pp = _plan(env, tmp, inv, batch, "pp")
+            dp_cpus = [kinds[k] for k in dp["devices"]]
+            pp_cpus = {"planned": [kinds[k] for k in pp["stage_order"]],
+                       "uniform": [kinds[k] for k in pp["uniform"]["stage_order"]]}
+            measured = {"dp": {"planned": [], "uniform": []}, "pp": {"planned": [], "uniform": []}}
+            for _ in range(rounds):  # alternating: drift hits planned and uniform alike
+                for which, split in (("planned", dp["batch_split"]), ("uniform", dp["uniform"]["batch_split"])):
+                    measured["dp"][which].append(_run(env, tmp, data_dir, dp_cpus, batch,
+                                                      [f"parallel.batch_split={','.join(map(str, split))}"]))
+                for which, split in (("planned", pp["pp_split"]), ("uniform", pp["uniform"]["pp_split"])):
+                    measured["pp"][which].append(_run(env, tmp, data_dir, pp_cpus[which], batch, [
+                        "parallel.pp=2", f"parallel.microbatches={pp['microbatches']}",
+                        f"parallel.pp_split={','.join(map(str, split))}"]))
+            checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus),
+                      _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus)]
+            for c in checks:
+                c["ratio_cpus"] = ratio
+                c["profiled_speed_ratio"] = round(_speed_ratio(profiles[slow], profiles[FAST]), 3)
+                c["profiles"] = {k: profiles[c_].name for k, c_ in kinds.items()}
+            out["checks"] += checks
+            out.setdefault("alone_step_s", {})[f"{ratio:g}x"] = {k: round(v["median_step_s"], 4) for k, v in alone.items()}
+            out.setdefault("plans", {})[f"{ratio:g}x"] = {"dp": _brief(dp), "pp": _brief(pp)}
+    out["targets"] = {
+        "planned_faster_than_uniform": all(c["planned_over_uniform_throughput"] > 1 for c in out["checks"]),
+        "dp_utilization_at_least_0.95": all(c["planned"]["utilization_measured"] >= 0.95
+                                            for c in out["checks"] if c["plan"].startswith("dp")),
+        "prediction_within_5pct": all(abs(c[w]["error"]) <= 0.05 for c in out["checks"] for w in ("planned", "uniform"))}
+    d = results_root() / plan_report.SUBDIR
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"check-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+def _speed_ratio(slow: Path, fast: Path) -> float:
+    """How much slower the slow kind's whole-model forward+backward is, at microbatch 4."""
+    from results.planner.layer_costs import from_profile
+    return from_profile("s", slow).sample_s(4) / from_profile("f", fast).sample_s(4)
+
+
+def _brief(p: dict) -> dict:
+    keep = ("strategy", "devices", "batch_split", "pp_split", "stage_order", "microbatches", "links", "sources")
+    return {k: p[k] for k in keep if k in p} | {"predicted": p["predicted"], "uniform": p["uniform"]}

@@ -1,0 +1,194 @@
+"""The `parallel` section of RunConfig: how a multi-rank run spreads training over its ranks.
+Torch-free (the CLI validates before paying for torch); harness/parallel/strategies.py and
+harness/parallel/pipeline.py apply it.
+
+Ranks are laid out as a (pp, dp, tp) mesh, row-major (torchtitan's order: pipeline outermost,
+tensor parallel innermost): rank = pp_i * dp * tp + dp_i * tp + tp_i. The data-parallel degree
+is what the world leaves after pp and tp.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from harness.config.errors import UsageError
+from results.record.labels import strategy_name
+
+DATA_STRATEGIES = ("ddp", "zero1", "fsdp")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
+# fields added after the first release of the section: left out of the variant hash at their
+# defaults, so runs recorded before them keep their ids
+_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep", "batch_split")
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"parallel.{name} must be an integer >= 1; got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Parallel:
+    """How a multi-rank run spreads training over its ranks (harness/parallel/strategies.py applies it).
+    The data-parallel degree is what the world size leaves after pipeline and tensor parallelism."""
+
+    data: str = "ddp"
+    """Data-parallel strategy: ddp (replicas, gradient all-reduce), zero1 (optimizer state
+    sharded: ZeroRedundancyOptimizer), fsdp (parameters, gradients and optimizer state sharded:
+    FSDP2 fully_shard)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column -> row splits of attention and MLP)."""
+    sp: bool = False
+    """Sequence parallel: LayerNorm/dropout regions sharded along the sequence (needs tp > 1)."""
+    pp: int = 1
+    """Pipeline-parallel degree: the model's blocks split into stages over pp ranks
+    (torch.distributed.pipelining; harness/parallel/pipeline.py)."""
+    microbatches: int = 4
+    """Pipeline: microbatches per step (each rank's batch is split into this many)."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward, one
+    backward in the steady state: same bubble, fewer live activations; needs microbatches >= pp),
+    interleaved_1f1b (pp_virtual stages per rank: the bubble divided by pp_virtual)."""
+    pp_virtual: int = 1
+    """Pipeline: stages per rank (interleaved_1f1b only; rank r holds stages r, r+pp, ...)."""
+    pp_split: str = ""
+    """Pipeline: transformer blocks per stage, "a,b,..." (pp x pp_virtual entries, summing to
+    the block count); empty = as even as possible."""
+
+    ep: int = 1
+    """Expert-parallel degree (Mixture-of-Experts sizes): each MoE layer's experts sharded over
+    ep ranks, tokens sent to their experts' ranks and back with all-to-all
+    (harness/parallel/expert.py); the rest of the model data-parallel (ddp) over all ranks."""
+
+    batch_split: str = ""
+    """Uneven data parallel: samples of each global batch per data-parallel rank, "a,b,..."
+    (summing to the batch size), e.g. from `python -m harness plan` for ranks of unequal speed;
+    each rank's loss is weighted by its share, so the update equals the even split's. Empty =
+    an equal share each."""
+
+    def __post_init__(self) -> None:
+        if self.data not in DATA_STRATEGIES:
+            raise UsageError(f"parallel.data must be one of {', '.join(DATA_STRATEGIES)}; got {self.data!r}")
+        for name in ("tp", "pp", "microbatches", "pp_virtual", "ep"):
+            _positive_int(name, getattr(self, name))
+        if not isinstance(self.sp, bool):
+            raise UsageError(f"parallel.sp expects a bool (true/false); got {self.sp!r}")
+        if self.sp and self.tp == 1:
+            raise UsageError("parallel.sp=true needs parallel.tp > 1 (sequence parallel splits the "
+                             "tensor-parallel regions' neighbours)")
+        if self.pp_schedule not in PP_SCHEDULES:
+            raise UsageError(f"parallel.pp_schedule must be one of {', '.join(PP_SCHEDULES)}; "
+                             f"got {self.pp_schedule!r}")
+        problem = self._pipeline_problem()
+        if problem:
+            raise UsageError(problem)
+        if self.batch_split:
+            try:
+                shares = self.shares()
+            except ValueError:
+                raise UsageError(f"parallel.batch_split must be comma-separated sample counts, e.g. \"3,1\"; "
+                                 f"got {self.batch_split!r}") from None
+            if min(shares) < 1:
+                raise UsageError(f"parallel.batch_split {self.batch_split!r} gives a rank no samples; every rank needs >= 1")
+            if self.tp > 1 or self.pp > 1 or self.ep > 1:
+                raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
+                                 "for unequal pipeline stages use parallel.pp_split")
+        if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data != "ddp"):
+            raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp only so far (experts sharded, "
+                             f"the rest replicated); got {self.label()}")
+
+    def _pipeline_problem(self) -> str | None:
+        p = self
+        if p.pp == 1:
+            for name in ("microbatches", "pp_schedule", "pp_virtual", "pp_split"):
+                if getattr(p, name) != Parallel.__dataclass_fields__[name].default:
+                    return f"parallel.{name} needs parallel.pp > 1 (it configures the pipeline)"
+            return None
+        if p.tp > 1:
+            return ("parallel.pp with parallel.tp > 1: pipeline x tensor parallel is not built yet; "
+                    "pipeline composes with parallel.data (ddp, zero1, fsdp)")
+        if p.data == "zero1":
+            return ("parallel.data=zero1 with parallel.pp: not built yet (ZeroRedundancyOptimizer broadcasts plain "
+                    "tensors; a pipeline's replicated stages hold DTensors); use parallel.data=ddp or fsdp")
+        if (p.pp_schedule == "interleaved_1f1b") != (p.pp_virtual > 1):
+            return ("parallel.pp_schedule=interleaved_1f1b needs parallel.pp_virtual >= 2, and pp_virtual > 1 "
+                    f"needs interleaved_1f1b; got pp_schedule={p.pp_schedule}, pp_virtual={p.pp_virtual}")
+        if p.pp_schedule == "1f1b" and p.microbatches < p.pp:
+            return (f"parallel.pp_schedule=1f1b needs microbatches >= pp (torch's Schedule1F1B); got "
+                    f"microbatches={p.microbatches}, pp={p.pp}; use gpipe for fewer")
+        if p.pp_schedule == "interleaved_1f1b":
+            rounds = max(1, p.microbatches // p.pp)  # torch's ScheduleInterleaved1F1B
+            if p.microbatches % rounds:
+                return (f"parallel.pp_schedule=interleaved_1f1b needs microbatches to be a multiple of "
+                        f"{rounds} (rounds of pp={p.pp}); got {p.microbatches}")
+        if p.pp_split:
+            try:
+                split = self.split()
+            except ValueError:
+                return f"parallel.pp_split must be comma-separated block counts, e.g. \"4,2\"; got {p.pp_split!r}"
+            if len(split) != self.stages:
+                return (f"parallel.pp_split has {len(split)} stages; pp={p.pp} x pp_virtual={p.pp_virtual} "
+                        f"needs {self.stages}")
+            if min(split) < 1:
+                return f"parallel.pp_split {p.pp_split!r} has an empty stage; every stage needs >= 1 block"
+        return None
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages in all: pp ranks x pp_virtual stages each."""
+        return self.pp * self.pp_virtual
+
+    def split(self) -> list[int]:
+        return [int(x) for x in self.pp_split.split(",")]
+
+    def shares(self) -> list[int]:
+        return [int(x) for x in self.batch_split.split(",")]
+
+    def local_batches(self, global_batch: int, dp: int) -> list[int]:
+        """Samples per data-parallel rank of one global batch: batch_split, else equal shares."""
+        return self.shares() if self.batch_split else [global_batch // dp] * dp
+
+    def is_default(self) -> bool:
+        return self == Parallel()
+
+    def hash_dict(self) -> dict:
+        """The fields of the variant hash: the later ones only when set."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in _LATER_FIELDS or getattr(self, f.name) != f.default}
+
+    def layout_problem(self, ranks: int) -> str | None:
+        """Why this section can't lay out over `ranks` ranks, or None. Checked by RunConfig when
+        ranks is given and by the runner against the launched world (harness/parallel/strategies.py)."""
+        if ranks == 1 and not self.is_default():
+            what = (f"pp={self.pp}" if self.pp > 1 else f"ep={self.ep}" if self.ep > 1
+                    else f"data={self.data}" if self.data != "ddp"
+                    else f"batch_split={self.batch_split}" if self.batch_split else f"tp={self.tp}")
+            return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
+        for name in ("pp", "tp", "ep"):
+            n = getattr(self, name)
+            if ranks % n:
+                valid = ", ".join(str(t) for t in range(1, ranks + 1) if ranks % t == 0)
+                return f"parallel.{name}={n} does not divide ranks={ranks}; valid: {valid}"
+        if self.tp > 1 and ranks > self.tp and self.data != "fsdp":
+            return (f"parallel.data={self.data} with tensor parallel on {ranks} ranks: DDP and ZeRO-1 do not compose "
+                    f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp for dp x tp")
+        return None
+
+    def batch_problem(self, global_batch: int, ranks: int) -> str | None:
+        """Why the global batch can't be split over the data-parallel ranks and microbatches."""
+        dp = max(1, ranks // (self.tp * self.pp))
+        if self.batch_split:
+            shares = self.shares()
+            if len(shares) != dp or sum(shares) != global_batch:
+                return (f"parallel.batch_split {self.batch_split!r} needs {dp} entries (one per data-parallel rank) "
+                        f"summing to batch_size {global_batch}; got {len(shares)} summing to {sum(shares)}")
+            return None
+        if global_batch % dp:
+            return f"batch_size {global_batch} is not divisible by {dp} data-parallel ranks"
+        if self.pp > 1 and (global_batch // dp) % self.microbatches:
+            return (f"parallel.microbatches={self.microbatches} does not divide the per-replica batch "
+                    f"{global_batch // dp} (batch_size {global_batch} / {dp} data-parallel ranks)")
+        return None
+
+    def label(self) -> str:
+        """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8 ..."""
+        return strategy_name(self.data, self.tp, self.sp, self.pp, self.pp_virtual, self.pp_schedule,
+                             self.microbatches, self.pp_split, self.ep, self.batch_split)

@@ -1,0 +1,334 @@
+"""RunConfig and Toggles: the one root config object of a run.
+
+Both are frozen and validated once, at creation. Variants come from `dataclasses.replace`
+(`with_overrides` below), never from new flags. Every field is logged as an MLflow param and
+all fields except the labels (`sweep`, `repeat`) are hashed into the variant id, so two runs
+with the same variant id measured the same thing.
+
+This module must not import torch: the CLI validates input before paying for it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from harness.config.errors import UsageError  # noqa: F401  (re-exported: the config's error type)
+from harness.config.parallel_config import DATA_STRATEGIES, Parallel  # noqa: F401  (re-exported)
+from results.record import schema
+from results.record import toggles as toggle_decl
+
+
+AMP_MODES = toggle_decl.BY_NAME["amp"].choices
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+RUN_MODES = ("throughput", "ttt")
+DEVICES = ("cpu", "cuda")
+TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/record/toggles.py
+# Fields that label a run but do not change what it measures: kept out of the variant hash.
+LABEL_FIELDS = ("sweep", "repeat", "reference_run")
+
+
+def _check_toggles(self) -> None:
+    for t in toggle_decl.TOGGLES:
+        value = getattr(self, t.name)
+        if t.type == "bool":
+            if not isinstance(value, bool):
+                raise UsageError(f"toggles.{t.name} expects a bool (true/false); got {value!r}")
+        elif value not in t.choices:
+            raise UsageError(f"toggles.{t.name} must be one of {', '.join(t.choices)}; got {value!r}")
+
+
+def _enabled(self) -> list[str]:
+    """Names of the toggles that are on, in declaration order."""
+    return [t.name for t in toggle_decl.TOGGLES if t.is_on(getattr(self, t.name))]
+
+
+# The optimizations the harness switches on and off, one field per declared toggle (name, type,
+# default and docstring from results/record/toggles.py). Frozen, validated at creation; each toggle is
+# read in exactly one module, its declared owner.
+Toggles = dataclasses.make_dataclass(
+    "Toggles", [(t.name, t.type, field(default=t.default, metadata={"doc": t.doc, "owner": t.owner}))
+                for t in toggle_decl.TOGGLES],
+    namespace={"__post_init__": _check_toggles, "enabled": _enabled, "__module__": __name__,
+               "__doc__": "The optimizations the harness switches on and off (results/record/toggles.py)."},
+    frozen=True, kw_only=True, slots=True)
+
+
+SECTIONS = ("toggles", "parallel")  # nested sections of RunConfig, set as section.key
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    """Everything that defines one run. `python -m harness list` prints the choices."""
+
+    workload: str
+    """Registered workload name (harness/config/registry.py)."""
+    size: str = "tiny"
+    """Workload size; every workload has `tiny` (trains in seconds on one CPU core)."""
+    mode: str = "throughput"
+    """throughput: warm-up then `steps` timed steps; ttt: train until the quality target."""
+    device: str = "cpu"
+    """cpu or cuda. The CLI picks cuda when torch sees a GPU."""
+    steps: int = 20
+    """Timed steady-state steps (throughput) or the step cap (ttt)."""
+    warmup_steps: int = 3
+    """Untimed-for-speed steps before the timed ones; compile/capture happens here."""
+    batch_size: int = 0
+    """Global batch size in samples; 0 takes the size's default."""
+    eval_every: int = 0
+    """ttt: training steps between evaluations; 0 = once per epoch."""
+    max_seconds: float = 0.0
+    """ttt: wall-clock cap in seconds for the training phase; 0 = none."""
+    seed: int = 1
+    """Seed for weights, data order and dropout. MLPerf requires seed > 0."""
+    data_seed: int = 1234
+    """Seed of the synthetic dataset generator (same data across seeds of a ttt campaign)."""
+    compile_mode: str = "default"
+    """torch.compile mode, used when toggles.compile is on."""
+    threads: int = 0
+    """torch intra-op threads; 0 keeps torch's default (one per core)."""
+    prefetch: int = -1
+    """Batches loaded ahead in a background thread; -1 = auto: 2 on cuda (loading overlaps GPU
+    compute), 0 on cpu (the loader would compete with torch's threads for the same cores)."""
+    profile_steps: int = 5
+    """Steps of a profiled phase after the timed run (never during it) that splits step time into
+    data wait / compute-bound / memory-bound / optimizer / other (harness/measure/breakdown.py); 0 = off."""
+    ranks: int = 0
+    """Data-parallel ranks; 0 = as many as the launcher (mpiexec, srun, torchrun) started. The
+    harness fills in the launched count before the record is written; a mismatch is an error."""
+    data_dir: str = ""
+    """Dataset directory; empty = data/<workload>/<size>-d<data_seed> under the repo."""
+    toggles: Toggles = field(default_factory=Toggles)
+    parallel: Parallel = field(default_factory=Parallel)
+    sweep: str = ""
+    """Label: the sweep this run belongs to (not hashed)."""
+    repeat: int = 0
+    """Label: repeat index inside a sweep (not hashed)."""
+    reference_run: str = ""
+    """Label: record folder of a toggles-off run to check losses against (harness/run/gate.py)."""
+
+    def __post_init__(self) -> None:
+        from harness.config import registry  # torch-free: workload packages import torch lazily
+
+        _check_types(self)
+        wl = registry.get(self.workload)
+        if self.size not in wl.sizes:
+            raise UsageError(
+                f"unknown size {self.size!r} for {self.workload}; valid sizes: {', '.join(wl.sizes)}")
+        _choice("mode", self.mode, RUN_MODES)
+        _choice("device", self.device, DEVICES)
+        _choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        if self.steps < 1:
+            raise UsageError(f"steps must be >= 1; got {self.steps}")
+        if self.prefetch < -1:
+            raise UsageError(f"prefetch must be >= -1 (-1 = auto); got {self.prefetch}")
+        for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks", "profile_steps"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
+            raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
+        if not 1 <= self.seed <= SEED_MAX:
+            raise UsageError(f"seed must be in 1..{SEED_MAX} (> 0 is an MLPerf rule; numpy's seeds are 32-bit); "
+                             f"got {_brief(self.seed)}")
+        if not 0 <= self.data_seed <= SEED_MAX:
+            raise UsageError(f"data_seed must be in 0..{SEED_MAX} (numpy's seeds are 32-bit); got {_brief(self.data_seed)}")
+        if self.parallel.tp > 1 and getattr(wl, "tensor_parallel_plan", None) is None:
+            with_plan = [n for n in registry.names() if getattr(registry.get(n), "tensor_parallel_plan", None)]
+            raise UsageError(f"parallel.tp={self.parallel.tp}: {self.workload} has no tensor-parallel plan; "
+                             f"workloads with one: {', '.join(with_plan) or 'none yet'}")
+        if self.parallel.tp > 1:
+            problem = wl.tensor_parallel_check(wl.sizes[self.size], self.parallel.tp, self.parallel.sp)
+            if problem:
+                raise UsageError(problem)
+        # one rank is refused by the runner (a failed record says so), not here: the runner
+        # itself fills in ranks=1 for a plain launch
+        problem = self.parallel.layout_problem(self.ranks) if self.ranks > 1 else None
+        if not problem and self.ranks > 1:
+            problem = self.parallel.batch_problem(self.batch_size or wl.sizes[self.size].batch_size, self.ranks)
+        if problem:
+            raise UsageError(problem)
+        if self.parallel.pp > 1:
+            _check_pipeline(wl, self, registry)
+        if self.parallel.ep > 1:
+            check = getattr(wl, "expert_parallel_check", None)
+            problem = (check(wl.sizes[self.size], self.parallel.ep) if check else
+                       f"parallel.ep={self.parallel.ep}: {self.workload} has no experts (lm's moe sizes have)")
+            if problem:
+                raise UsageError(problem)
+
+    # -- derived -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """Flattened `toggles.x` keys, as logged to MLflow params and accepted by --set."""
+        return schema.flatten(self.to_dict())
+
+    def variant_hash(self) -> str:
+        """Stable 10-hex id of what this run measures (labels excluded)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in LABEL_FIELDS}
+        if self.parallel.is_default():  # runs from before the parallel section keep their ids
+            d.pop("parallel")
+        else:  # and runs from before its pipeline keys keep theirs
+            d["parallel"] = self.parallel.hash_dict()
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        d = dict(d)
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise UsageError(f"unknown config key(s) {sorted(unknown)}; valid keys: {', '.join(settable_keys())}")
+        tog = d.pop("toggles", {}) or {}
+        if not isinstance(tog, dict):
+            raise UsageError(f"toggles must be a mapping; got {tog!r}")
+        bad = set(tog) - set(TOGGLE_NAMES)
+        if bad:
+            raise UsageError(f"unknown toggle(s) {sorted(bad)}; valid toggles: {', '.join(TOGGLE_NAMES)}")
+        par = d.pop("parallel", {}) or {}
+        if not isinstance(par, dict):
+            raise UsageError(f"parallel must be a mapping; got {par!r}")
+        bad = set(par) - {f.name for f in fields(Parallel)}
+        if bad:
+            raise UsageError(f"unknown parallel key(s) {sorted(bad)}; valid keys: "
+                             f"{', '.join(f.name for f in fields(Parallel))}")
+        if "workload" not in d:
+            raise UsageError("config needs a workload")
+        return cls(**d, toggles=Toggles(**tog), parallel=Parallel(**par))
+
+    def with_overrides(self, assignments: list[str]) -> "RunConfig":
+        """Apply `--set KEY=VALUE` strings (KEY as printed by `harness list`)."""
+        d = self.to_dict()
+        for a in assignments:
+            key, value = parse_assignment(a)
+            section, _, sub = key.partition(".")
+            if section in SECTIONS and sub:
+                d[section][sub] = value
+            else:
+                d[key] = value
+        return RunConfig.from_dict(d)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _check_pipeline(wl, cfg: "RunConfig", registry) -> None:
+    """parallel.pp > 1: the workload can be cut into stages, and the split fits its blocks."""
+    if getattr(wl, "pipeline_check", None) is None:
+        with_split = [n for n in registry.names() if getattr(registry.get(n), "pipeline_check", None)]
+        raise UsageError(f"parallel.pp={cfg.parallel.pp}: {cfg.workload} has no pipeline split; "
+                         f"workloads with one: {', '.join(with_split) or 'none yet'}")
+    problem = wl.pipeline_check(wl.sizes[cfg.size], cfg.parallel.stages,
+                                cfg.parallel.split() if cfg.parallel.pp_split else None)
+    if problem:
+        raise UsageError(problem)
+
+
+SEED_MAX = 2**32 - 1
+
+
+def _brief(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters: error lines echo what they got, never megabytes."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise UsageError(f"{name} must be one of {', '.join(valid)}; got {_brief(value)}")
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(RunConfig) if f.name not in SECTIONS}
+_FIELD_TYPES.update({f"toggles.{f.name}": f.type for f in fields(Toggles)})
+_FIELD_TYPES.update({f"parallel.{f.name}": f.type for f in fields(Parallel)})
+
+
+def settable_keys() -> list[str]:
+    return [k for k in _FIELD_TYPES if k != "workload"]
+
+
+def has_type(value: Any, typ: str) -> bool:
+    """Does a value (from YAML or JSON) have the annotated type? bools are not ints here."""
+    if typ == "list[str]":
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    if typ in ("int", "float") and isinstance(value, bool):
+        return False
+    return isinstance(value, {"str": str, "int": int, "float": (int, float), "bool": bool}[typ])
+
+
+def _check_types(cfg: RunConfig) -> None:
+    for f in fields(cfg):
+        if f.name in SECTIONS:
+            if not isinstance(getattr(cfg, f.name), {"toggles": Toggles, "parallel": Parallel}[f.name]):
+                raise UsageError(f"{f.name} must be a mapping of its keys")
+            continue
+        v = getattr(cfg, f.name)
+        if not has_type(v, f.type):
+            raise UsageError(f"{f.name} expects {f.type}; got {_brief(v)}")
+    if isinstance(cfg.max_seconds, int):
+        object.__setattr__(cfg, "max_seconds", float(cfg.max_seconds))
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """'toggles.compile=true' -> ('toggles.compile', True), typed by the target field."""
+    if "=" not in text:
+        raise UsageError(f"malformed --set {text!r}: expected KEY=VALUE; keys: {', '.join(settable_keys())}")
+    key, raw = (s.strip() for s in text.split("=", 1))
+    if key not in _FIELD_TYPES or key == "workload":
+        raise UsageError(f"unknown key {key!r} in --set; valid keys: {', '.join(settable_keys())}")
+    return key, parse_value(key, raw)
+
+
+def parse_value(key: str, raw: str) -> Any:
+    typ = _FIELD_TYPES[key]
+    if typ == "bool":
+        low = raw.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise UsageError(f"{key} expects a bool (true/false); got {raw!r}")
+    if typ in ("int", "float"):
+        try:
+            return int(raw) if typ == "int" else float(raw)
+        except ValueError:
+            raise UsageError(f"{key} expects {typ}; got {raw!r}") from None
+    return raw
+
+
+YAML_MAX_BYTES = 1 << 20  # a sweep or site file is a page of settings; a MiB is already absurd
+
+
+def read_yaml_mapping(path, what: str) -> tuple[dict, str]:
+    """(mapping, text) of a YAML file whose top level must be a mapping; UsageErrors name the
+    file. `what` says what the file is, for the messages ("sweep file", "site file"). Aliases
+    are refused: nine levels of nine-way aliases in 600 bytes expand to 9**9 values (the
+    "billion laughs"), and no settings file needs them."""
+    import yaml
+    try:
+        size = path.stat().st_size
+        if size > YAML_MAX_BYTES:
+            raise UsageError(f"{path}: {size} bytes; a {what} is at most {YAML_MAX_BYTES}")
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not a text file (byte {e.start} is not UTF-8); a {what} is YAML text") from None
+    try:
+        if any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text)):
+            raise UsageError(f"{path}: YAML aliases (*name) are not accepted in a {what}; write the values out")
+        d = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0][:200]}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a {what}") from None
+    if not isinstance(d, dict):
+        raise UsageError(f"{path}: expected a mapping at the top level")
+    return d, text

@@ -1,0 +1,120 @@
+"""`python -m harness plan --devices FILE --workload lm --size S --global-batch B`: the
+heterogeneous planner's command (results/planner/search.py does the planning, results/analysis/schedule.py the
+simulation). Prints the plan, its predicted step time and utilization with the uniform split
+beside it, writes the plan under results/plans/ and a sweep cell that runs it.
+
+--size is an LM size (devices with a measured profile must have profiled it) or a what-if shape
+(results/layer_costs.SHAPES, e.g. llama2-70b), which only estimated devices can plan: the
+printout then says SIMULATION and names every estimate.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from functools import reduce
+from pathlib import Path
+
+from harness.config.errors import UsageError
+from harness.run.record import unique_stamp
+from results.planner import inventory as inv_mod
+from results.planner import layer_costs
+from results.planner import report as plan_report
+from results.planner import search as planner
+from results.planner.links import LinkModel
+
+def _shape(workload: str, size: str) -> layer_costs.Shape:
+    if size in layer_costs.SHAPES:
+        return layer_costs.SHAPES[size]
+    from harness.config import registry
+    sizes = registry.get(workload).sizes
+    if size not in sizes:
+        raise UsageError(f"unknown size {size!r} for {workload}; valid: {', '.join(sizes)}, or a what-if shape: "
+                         f"{', '.join(layer_costs.SHAPES)}")
+    s = sizes[size]  # GELU MLP of width 4h: 8h^2 parameters, as a SwiGLU of width 8h/3
+    return layer_costs.Shape(size, s.n_layer, s.d_model, s.n_head, s.n_head, 8 * s.d_model // 3, s.vocab, s.seq_len)
+
+
+def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, layer_costs.Costs]:
+    # ZeRO-1 over the data-parallel replicas, which a pipeline plan makes gcd(counts) of
+    replicas = reduce(math.gcd, (d.count for d in inv.devices)) if inv.optimizer_sharded else 0
+    out = {}
+    for d in inv.devices:
+        if d.profile is not None:
+            c = layer_costs.from_profile(d.kind, d.profile)
+            if c.model != f"{workload}/{size}":
+                raise UsageError(f"device {d.kind}: its profile is of {c.model}, not {workload}/{size}")
+        else:
+            c = layer_costs.from_shape(d.kind, _shape(workload, size), d.peak_flop_s, replicas)
+        out[d.kind] = c
+    return out
+
+
+def _cell(p: dict, workload: str, size: str, batch: int) -> str:
+    if p["strategy"] == "dp":
+        par = f'{{data: ddp, batch_split: "{",".join(map(str, p["batch_split"]))}"}}'
+        ranks, order = len(p["devices"]), p["devices"]
+    else:
+        split = ",".join(map(str, p["pp_split"]))
+        par = (f'{{pp: {len(p["pp_split"])}, pp_schedule: {p["schedule"]}, microbatches: {p["microbatches"]}, '
+               f'pp_split: "{split}"}}')
+        ranks, order = len(p["devices"]), p["stage_order"]
+    return (f"# written by `harness plan` at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: run it with\n"
+            f"# `make parallel SWEEP_PARALLEL=<this file>`, each rank on its device: "
+            f"{', '.join(f'rank {r}: {k}' for r, k in enumerate(order))}\n"
+            f"name: plan-{workload}-{size}-{p['strategy']}\nworkloads: [{workload}]\nsizes: [{size}]\n"
+            f"repeats: 1\nmatrix: [baseline]\nparallel:\n  - {par}\nranks: [{ranks}]\n"
+            f"base: {{batch_size: {batch}, steps: 10, warmup_steps: 2}}\n")
+
+
+def _lines(p: dict) -> list[str]:
+    pr, un = p["predicted"], p["uniform"]["predicted"]
+    estimates = {f"{k}: {s.removeprefix('ESTIMATE: ')}" for k, s in p["sources"].items() if s.startswith("ESTIMATE")}
+    head = "SIMULATION (estimates: " + "; ".join(sorted(estimates)) + \
+        (f"; links {p['links']}" if p["links"].startswith("ESTIMATE") else "") + ")" if p["estimate"] else \
+        "from measured profiles and links"
+    out = [f"plan ({p['strategy']}, global batch {p['global_batch']}, {len(p['devices'])} devices): {head}"]
+    if p["strategy"] == "dp":
+        out.append(f"  batch split  {','.join(map(str, p['batch_split']))}   (uniform: "
+                   f"{','.join(map(str, p['uniform']['batch_split']))})")
+    else:
+        out.append(f"  {p['replicas']} pipeline replica(s) of {len(p['stage_order'])} stages, {p['schedule']}, "
+                   f"M={p['microbatches']} microbatches of {p['microbatch_size']}")
+        for i, st in enumerate(p["stages"]):
+            out.append(f"  stage {i}: {st['kind']:<14} {st['blocks']:>3} blocks{' +embedding' if i == 0 else ''}"
+                       f"{' +head' if i == len(p['stages']) - 1 else ''}  fwd+bwd {1e3 * (st['fwd_s'] + st['bwd_s']):.2f} ms/mb"
+                       f"  mem {st['mem_bytes'] / 1e9:.2f} GB{'  (recompute)' if st['recompute'] else ''}")
+        out.append(f"  uniform split {','.join(map(str, p['uniform']['pp_split']))} in order {p['uniform']['stage_order']}"
+                   f"{'' if un['fits_memory'] else '  (does NOT fit in memory)'}")
+    for name, f in (("planned", pr), ("uniform", un)):
+        out.append(f"  {name:<8} predicted step {1e3 * f['step_s']:.1f} ms, {f['samples_per_s']:.2f} samples/s, "
+                   f"utilization {f['utilization']:.3f}")
+    out.append(f"  links: {p['links']}")
+    return out
+
+
+def main(devices: str, workload: str, size: str, batch: int, strategy: str, schedule: str,
+         cell: str | None, results: Path) -> int:
+    if schedule not in ("1f1b", "gpipe"):
+        raise UsageError(f"unknown schedule {schedule!r}; valid: 1f1b, gpipe")
+    try:
+        inv = inv_mod.load(Path(devices))
+        costs = costs_for(inv, workload, size)
+        t0 = time.perf_counter()
+        p = planner.plan(inv, costs, LinkModel(inv.links, results), batch, strategy, schedule)
+        p["plan_s"] = time.perf_counter() - t0
+    except inv_mod.PlanError as e:
+        raise UsageError(str(e)) from None
+    p.update(inventory=str(devices), workload=workload, size=size)
+    for line in _lines(p):
+        print(line)
+    print(f"  planned in {p['plan_s']:.2f} s")
+    d = results / plan_report.SUBDIR
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"plan-{workload}-{size}-{p['strategy']}-{unique_stamp()}.json"
+    path.write_text(json.dumps(p, indent=1, default=str))
+    print(f"plan: {path}")
+    if cell:
+        Path(cell).write_text(_cell(p, workload, size, batch))
+        print(f"cell: {cell}")
+    return 0

@@ -1,0 +1,194 @@
+"""`python -m harness profile lm --size S`: what the heterogeneous planner needs to know about
+this device, measured (Metis and AMP profile the same: per layer kind, per microbatch size,
+time and memory).
+
+Per layer kind — the embeddings, one transformer block, the head with the loss — and per
+microbatch size: forward and backward seconds (median of `repeats` timed passes after one
+untimed), the bytes autograd saves for backward (activation memory, counted by
+saved_tensors_hooks, each storage once) and the output's bytes (what a stage boundary sends).
+Per model: parameters per layer kind and the optimizer's step time per parameter (AdamW over
+the whole model, timed the same way). Model-state bytes per parameter are fp32 weights,
+gradients and AdamW's two moments: 16 B.
+
+The layer kinds are the pipeline's own stage modules (workloads/lm/pipeline_split.py: a stage
+with no blocks holds only the embeddings, or only the final LayerNorm and head), so what is
+timed is what a stage runs. `--cpus Q` holds the process to Q CPUs (harness/parallel/cpu_quota.py) to
+profile a slower device kind for real. Under a launcher (`mpiexec -n 2 ... profile` with
+HARNESS_RANK_CPU="1,0.5") the ranks profile at once, each as its share holds it, each measurement
+at least --cell-s seconds long and started together, so every device is measured while the
+others load the machine as they will in training; each rank writes its own record.
+
+Written like a run record under results/profiles/<id>/ (config.json with kind "profile",
+env.json, summary.json with the figures, status.json last).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from harness.measure import envinfo
+from harness.parallel import cpu_quota as rank_cpu
+from harness.config import registry
+from harness.config.errors import BadInput, Unsupported, UsageError
+from harness.run.record import unique_stamp
+from harness.measure.timing import now
+from results.record import schema
+
+SUBDIR = "profiles"
+KIND = "profile"
+STATE_BYTES_PER_PARAM = 16  # fp32 weights + gradients + AdamW exp_avg and exp_avg_sq
+PROFILED = ("lm",)          # workloads whose layers the pipeline splits (the planner's scope)
+
+
+def _saved_bytes(fn) -> tuple[object, int]:
+    """fn()'s result and the bytes autograd saved for its backward (each storage once)."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if t.device.type != "meta":
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(seen.values())
+
+
+def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0) -> dict:
+    """Median forward and backward seconds of `module` on make_input(), its saved bytes and
+    its output's bytes. With loss_fn the backward starts from the loss, else from ones.
+    At least `repeats` timed passes, and more until cell_s seconds have gone by (so ranks
+    profiled together stay busy together: see measure)."""
+    fwd, bwd, saved, out_bytes = [], [], 0, 0
+    start = now()
+    i = 0
+    while i <= repeats or now() - start < cell_s:  # the first pass is untimed (allocator and kernel warm-up)
+        x = make_input()
+        module.zero_grad(set_to_none=True)
+        t0 = now()
+        out, saved = _saved_bytes(lambda: module(x) if loss_fn is None else loss_fn(module(x)))
+        t1 = now()
+        out.backward(None if loss_fn else torch.ones_like(out))
+        t2 = now()
+        out_bytes = out.numel() * out.element_size() if loss_fn is None else 0
+        if i:
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+        else:
+            start = now()  # the window counts timed passes only
+        i += 1
+    return {"fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd), "fwd_samples_s": fwd,
+            "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes}
+
+
+def _optimizer_s_per_param(wl, model, size, repeats: int) -> float:
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt, _ = wl.build_optimizer(model, size, size.batch_size, 100)
+    times = []
+    for i in range(repeats + 1):
+        t0 = now()
+        opt.step()
+        if i:
+            times.append(now() - t0)
+    return statistics.median(times) / sum(p.numel() for p in model.parameters())
+
+
+def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, barrier=None,
+            cell_s: float = 0.0) -> dict:
+    """The profile's figures (see the module docstring). Under a launcher every rank profiles at
+    once, `barrier` between measurements and each one cell_s long at least, so each device is
+    measured while the others load the machine as the training job will (alone, a rank held to
+    0.5 CPU measured 25% faster per block than it ran inside a 2-rank pipeline)."""
+    from workloads.lm.pipeline_split import Stage
+    wl = registry.get(workload)
+    size = wl.sizes[size_name]
+    torch.manual_seed(0)
+    model = wl.build_model(size)
+    n = size.n_layer
+    kinds = {"embedding": Stage(model, range(0, 0), first=True, last=False),
+             "block": Stage(model, range(0, 1), first=False, last=False),
+             "head": Stage(model, range(n, n), first=False, last=True)}
+    params = {k: sum(p.numel() for p in m.parameters()) for k, m in kinds.items()}
+    params["head"] -= model.lm_head.weight.numel()  # tied to the embedding: counted once, there
+    layers: dict[str, list[dict]] = {k: [] for k in kinds}
+    for mb in microbatches:
+        tokens = lambda: torch.randint(0, size.vocab, (mb, size.seq_len))  # noqa: E731
+        stream = lambda: torch.randn(mb, size.seq_len, size.d_model, requires_grad=True)  # noqa: E731
+        y = torch.randint(0, size.vocab, (mb, size.seq_len))
+        for kind, module in kinds.items():
+            if barrier:
+                barrier()
+            row = _time_layer(module, tokens if kind == "embedding" else stream,
+                              (lambda out: wl.loss(out, y)) if kind == "head" else None, repeats, cell_s)
+            layers[kind].append({"microbatch": mb, **row})
+    return {"workload": workload, "size": size_name, "n_blocks": n, "seq_len": size.seq_len,
+            "d_model": size.d_model, "microbatches": microbatches, "repeats": repeats,
+            "params": params, "tied_params": model.lm_head.weight.numel(), "state_bytes_per_param": STATE_BYTES_PER_PARAM,
+            "boundary_bytes_per_sample": size.seq_len * size.d_model * 4,  # fp32 residual stream
+            "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats),
+            "threads": torch.get_num_threads(), "layers": layers}
+
+
+def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cpus: float | None,
+        threads: int, root: Path, cell_s: float = 1.0) -> Path:
+    """Measure and record one profile; returns its folder. Under a launcher (mpiexec -n N)
+    every rank profiles at once and writes its own record, held to its HARNESS_RANK_CPU share."""
+    from harness.parallel import dist as dist_mod
+    if workload not in PROFILED:
+        raise UsageError(f"profile: workload {workload!r} has no pipeline layers to profile; profiled: "
+                       f"{', '.join(PROFILED)}")
+    sizes = registry.get(workload).sizes
+    if size_name not in sizes:
+        raise UsageError(f"profile: unknown size {size_name!r} for {workload}; valid: {', '.join(sizes)}")
+    if not microbatches or min(microbatches) < 1:
+        raise UsageError(f"profile: --microbatches must be sizes >= 1, e.g. 1,2,4; got {microbatches}")
+    info = dist_mod.from_env()
+    barrier = None
+    quota = None
+    if info.world > 1:
+        import torch.distributed as td
+        dist_mod.init(info, "cpu")
+        barrier = td.barrier
+    if cpus is not None:
+        reason = rank_cpu.unavailable()
+        if reason:
+            raise UsageError(f"profile --cpus {cpus}: {reason}")
+        quota = rank_cpu.Quota(cpus)
+    else:  # HARNESS_RANK_CPU: this rank's share, as a training run applies it
+        try:
+            quota = rank_cpu.apply(info.rank, info.world)
+        except (BadInput, Unsupported) as e:
+            raise UsageError(str(e)) from None
+        cpus = quota.cpus if quota else None
+    torch.set_num_threads(threads)
+    rank = f"-r{info.rank}" if info.world > 1 else ""
+    run_id = f"profile-{workload}-{size_name}-cpus{cpus or 'all'}{rank}-{unique_stamp()}"
+    d = root / SUBDIR / run_id
+    d.mkdir(parents=True)
+    started = time.time()
+    schema.write_json(d / schema.CONFIG, {"kind": KIND, "run_id": run_id, "workload": workload, "size": size_name,
+                                          "microbatches": microbatches, "repeats": repeats, "threads": threads,
+                                          "cpus": cpus, "record_version": schema.RECORD_VERSION})
+    schema.write_json(d / schema.ENV, envinfo.capture())
+    schema.open_record(d, started)
+    status, reason, summary = schema.FAILED, "", {}
+    try:
+        summary = measure(workload, size_name, microbatches, repeats, barrier, cell_s if barrier else 0.0)
+        summary["constraint"] = quota.describe() if quota else {"cpus": None, "how": "unconstrained"}
+        summary["profiled_with"] = {"ranks": info.world, "rank": info.rank, "cell_s": cell_s if barrier else 0.0}
+        status = schema.FINISHED
+    except Exception as e:  # noqa: BLE001 - the record says what failed
+        reason = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise
+    finally:
+        if quota:
+            quota.release()
+        schema.close_record(d, summary, status, reason, started)
+        if barrier:
+            dist_mod.shutdown(finished=status == schema.FINISHED)
+    return d

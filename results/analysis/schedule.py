@@ -1,0 +1,125 @@
+"""The one event engine for pipeline schedules (run_events), and on it the discrete-event model
+of one training step: a pipeline schedule (GPipe or 1F1B) over stages of
+unequal speed, the sends between them, then each stage's data-parallel gradient reduction and
+optimizer step. results/analysis/bubble.py replays measured events on the same engine.
+Pure Python, no torch: the planner (results/planner/search.py) calls it for every
+candidate plan, so it must be cheap — one pipeline replica is simulated (data-parallel replicas
+run the same schedule), O(stages x microbatches) events, a few ms for 80 stages x 128
+microbatches.
+
+Model (what the harness runs: harness/parallel/pipeline.py over torch.distributed.pipelining):
+- stage s runs its operations in the schedule's order; an operation starts when the stage is
+  free and its input has arrived: forward i on s after forward i on s-1 plus the send, backward
+  i on s after backward i on s+1 plus the send; the last stage's loss is part of its forward;
+- sends are asynchronous (the sender does not wait), each costs latency + bytes / bandwidth;
+- 1F1B (PipeDream-flush, torch's Schedule1F1B): stage s runs min(P-s-1, M) warm-up forwards,
+  then alternates one forward and one backward, then the remaining backwards;
+- after its last backward, each stage all-reduces its gradients over its data-parallel group
+  (no overlap with the backward: torch's replicate and FSDP2 under a pipeline reduce once, when
+  the schedule ends) and steps its optimizer. The step ends when the slowest stage does.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+class Deadlock(RuntimeError):
+    """No worker can run its next operation: an order the dependencies cannot satisfy."""
+
+
+@dataclass(frozen=True)
+class Op:
+    key: Hashable                 # this operation's name, e.g. ("F", stage, microbatch)
+    seconds: float                # its duration
+    after: Hashable | None = None  # the operation whose end it waits for (None: ready at 0)
+    lag_s: float = 0.0            # added to that end before this one may start (a send)
+
+
+def run_events(workers: Mapping[Hashable, Sequence[Op]]) -> tuple[dict, dict]:
+    """Each worker runs its operations in the given order; one starts when its worker is free
+    and the operation it waits for has ended (plus the lag). Returns (end time per operation
+    key, each worker's finish time). Raises Deadlock if the orders cannot all be followed."""
+    done: dict = {}
+    free = {w: 0.0 for w in workers}
+    nxt = {w: 0 for w in workers}
+    remaining = sum(len(o) for o in workers.values())
+    while remaining:
+        moved = False
+        for w, ops in workers.items():
+            while nxt[w] < len(ops):
+                op = ops[nxt[w]]
+                if op.after is not None and op.after not in done:
+                    break
+                ready = done[op.after] + op.lag_s if op.after is not None else 0.0
+                free[w] = max(free[w], ready) + op.seconds
+                done[op.key] = free[w]
+                nxt[w] += 1
+                remaining -= 1
+                moved = True
+        if not moved:
+            raise Deadlock("schedule deadlocked (an order no stage can follow)")
+    return done, free
+
+
+@dataclass(frozen=True)
+class StageCost:
+    fwd_s: float             # one microbatch's forward on this stage (the last stage: with its loss)
+    bwd_s: float             # one microbatch's backward
+    send_s: float = 0.0      # one microbatch's activation to the next stage (its gradient comes back in as long)
+    reduce_s: float = 0.0    # the stage's gradient reduction over its data-parallel group, once per step
+    optimizer_s: float = 0.0  # the stage's optimizer step, once per step
+
+
+def order(schedule: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
+    """The (kind F|B, microbatch) sequence stage `stage` runs."""
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    if schedule != "1f1b":
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
+    warm = min(stages - stage - 1, m)
+    ops = [("F", i) for i in range(warm)]
+    f, b = warm, 0
+    while b < m:
+        if f < m:
+            ops.append(("F", f))
+            f += 1
+        ops.append(("B", b))
+        b += 1
+    return ops
+
+
+def simulate(schedule: str, costs: list[StageCost], m: int) -> dict:
+    """Step seconds and where they go: {"step_s", "pipeline_s" (the last backward's end),
+    "stage_end_s", "busy_s" per stage, "bubble" (idle share of the pipeline phase)}."""
+    p = len(costs)
+    ops = [order(schedule, s, p, m) for s in range(p)]
+    workers = {}
+    for s in range(p):
+        seq = []
+        for kind, i in ops[s]:
+            if kind == "F":  # forward i waits for the previous stage's, plus its send
+                seq.append(Op((kind, s, i), costs[s].fwd_s, ("F", s - 1, i) if s > 0 else None,
+                              costs[s - 1].send_s if s > 0 else 0.0))
+            else:  # backward i waits for the next stage's (the gradient sent back), the last stage's for its forward
+                seq.append(Op((kind, s, i), costs[s].bwd_s, ("B", s + 1, i) if s < p - 1 else ("F", s, i),
+                              costs[s].send_s if s < p - 1 else 0.0))
+        workers[s] = seq
+    _, finish = run_events(workers)
+    free = [finish[s] for s in range(p)]
+    pipeline_s = max(free)
+    busy = [m * (c.fwd_s + c.bwd_s) for c in costs]
+    ends = [free[s] + costs[s].reduce_s + costs[s].optimizer_s for s in range(p)]
+    return {"step_s": max(ends), "pipeline_s": pipeline_s, "stage_end_s": ends, "busy_s": busy,
+            "bubble": 1 - sum(busy) / (p * pipeline_s) if pipeline_s > 0 else 0.0}
+
+
+def data_parallel_step(compute_s: list[float], reduce_s: float, optimizer_s: list[float]) -> dict:
+    """A data-parallel step without a pipeline: every rank computes its share, then the gradient
+    all-reduce (a synchronisation: it starts when the slowest rank arrives), then the optimizer."""
+    slowest = max(compute_s)
+    ends = [slowest + reduce_s + o for o in optimizer_s]
+    return {"step_s": max(ends), "compute_s": compute_s, "wait_s": [slowest - c for c in compute_s],
+            "reduce_s": reduce_s}

@@ -1,0 +1,125 @@
+"""What one layer costs on one device kind, for the planner: forward and backward seconds per
+microbatch size, the bytes it saves for backward, its parameters. Two sources:
+
+- a measured profile (harness/planning/profile.py: per layer kind — embedding, block, head with the
+  loss — at a few microbatch sizes); times between the measured sizes are interpolated
+  linearly, beyond them extrapolated from the two nearest (time grows linearly in the batch
+  once a device is busy);
+- an estimate for a what-if: a transformer of a given shape on a device with a vendor peak times
+  an assumed efficiency. FLOPs per token: a block 2 x its parameters plus 4 s h for the
+  attention scores and their use, the head 2 h V; backward 2 x forward; the embedding's lookup
+  and its gradient ~0. Activation bytes per layer per sequence 34 s h at 16-bit (Korthikanti et
+  al. 2022 without the 5 a s^2 attention-score term, which flash attention does not keep);
+  with full recomputation only the layer's input, 2 s h. Model state 16 B/param (bf16 weights
+  and gradients, fp32 master weights and Adam moments: ZeRO's K = 12), or 4 + 12/dp with the
+  optimizer sharded over dp replicas.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+
+from results.record import schema
+
+@dataclass(frozen=True)
+class Shape:
+    """A what-if model: a decoder-only transformer (Llama's shape: SwiGLU MLP, grouped KV heads)."""
+    name: str
+    n_layer: int
+    d_model: int
+    n_head: int
+    n_kv_head: int
+    ffn: int
+    vocab: int
+    seq_len: int
+
+    def params(self) -> dict[str, int]:
+        h, kv = self.d_model, self.d_model * self.n_kv_head // self.n_head
+        block = 2 * h * h + 2 * h * kv + 3 * h * self.ffn + 2 * h  # q, o; k, v; gate, up, down; 2 norms
+        return {"embedding": self.vocab * h, "block": block, "head": self.vocab * h + h}
+
+
+# Llama-2-70B (Touvron et al. 2023, Table 1 and the released config): 80 layers, d 8192, 64 heads
+# with 8 KV heads, SwiGLU width 28672, vocabulary 32000, context 4096; 68.98e9 parameters.
+SHAPES = {"llama2-70b": Shape("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096)}
+
+
+def _interp(points: list[tuple[int, float]], b: float) -> float:
+    xs = [p[0] for p in points]
+    if len(points) == 1:
+        return points[0][1] * b / xs[0]
+    i = min(max(bisect.bisect_left(xs, b), 1), len(points) - 1)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return max(0.0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))
+
+
+class Costs:
+    """One device kind's costs for one model. Per layer kind: fwd(kind, b), bwd(kind, b) in
+    seconds for a microbatch of b samples; saved(kind, b) bytes kept for backward."""
+
+    def __init__(self, *, name: str, params: dict[str, int], n_blocks: int, boundary_bytes_per_sample: float,
+                 state_bytes_per_param: float, grad_bytes_per_param: float, optimizer_s_per_param: float,
+                 times: dict[str, dict[str, list[tuple[int, float]]]] | None = None,
+                 saved_per_sample: dict[str, float] | None = None, recompute_per_sample: float = 0.0,
+                 flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
+                 measured: bool = True, source: str = "", tied_params: int = 0, model: str = ""):
+        self.name, self.params, self.n_blocks = name, params, n_blocks
+        self.boundary_bytes_per_sample = boundary_bytes_per_sample
+        self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
+        self.optimizer_s_per_param = optimizer_s_per_param
+        self._times, self._saved, self._flop, self._flop_s = times, saved_per_sample or {}, flop_per_sample, flop_s
+        self.recompute_per_sample = recompute_per_sample  # bytes a recomputed layer keeps (its input)
+        self.measured, self.source = measured, source
+        self.tied_params = tied_params  # a weight shared by the first and last stage (LM: embedding = head)
+        self.model = model  # "workload/size" a profile measured ("" for a what-if shape)
+
+    def fwd(self, kind: str, b: float) -> float:
+        if self._times is not None:
+            return _interp(self._times[kind]["fwd"], b)
+        return self._flop[kind] * b / self._flop_s
+
+    def bwd(self, kind: str, b: float) -> float:
+        if self._times is not None:
+            return _interp(self._times[kind]["bwd"], b)
+        return 2 * self._flop[kind] * b / self._flop_s
+
+    def saved(self, kind: str, b: float) -> float:
+        return self._saved[kind] * b
+
+    def sample_s(self, b: float) -> float:
+        """Forward + backward of the whole model, per sample, at microbatch b."""
+        total = sum(self.fwd(k, b) + self.bwd(k, b) for k in ("embedding", "head"))
+        total += self.n_blocks * (self.fwd("block", b) + self.bwd("block", b))
+        return total / b
+
+    @property
+    def total_params(self) -> int:
+        return self.params["embedding"] + self.n_blocks * self.params["block"] + self.params["head"]
+
+
+def from_profile(name: str, record: Path) -> Costs:
+    s = schema.read_record(record)["summary"]
+    times = {k: {"fwd": [(r["microbatch"], r["fwd_s"]) for r in rows], "bwd": [(r["microbatch"], r["bwd_s"]) for r in rows]}
+             for k, rows in s["layers"].items()}
+    saved = {k: max(r["saved_bytes"] / r["microbatch"] for r in rows) for k, rows in s["layers"].items()}
+    return Costs(name=name, params=s["params"], n_blocks=s["n_blocks"],
+                 boundary_bytes_per_sample=s["boundary_bytes_per_sample"],
+                 state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
+                 optimizer_s_per_param=s["optimizer_s_per_param"], times=times, saved_per_sample=saved,
+                 recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
+                 model=f"{s['workload']}/{s['size']}",
+                 source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
+                        f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''})")
+
+
+def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> Costs:
+    p = shape.params()
+    s, h = shape.seq_len, shape.d_model
+    flop = {"embedding": 0.0, "block": 2 * p["block"] * s + 4 * s * s * h, "head": 2 * h * shape.vocab * s}
+    state = 4 + 12 / sharded_dp if sharded_dp else 16
+    return Costs(name=name, params=p, n_blocks=shape.n_layer, boundary_bytes_per_sample=2 * s * h,
+                 state_bytes_per_param=state, grad_bytes_per_param=2, optimizer_s_per_param=0.0,
+                 saved_per_sample={"embedding": 2 * s * h, "block": 34 * s * h, "head": 34 * s * h},
+                 recompute_per_sample=2 * s * h, flop_per_sample=flop, flop_s=flop_s, measured=False,
+                 source=f"ESTIMATE: {shape.name} at {flop_s / 1e12:.0f} TFLOP/s (vendor peak x assumed efficiency)")

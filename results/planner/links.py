@@ -1,0 +1,72 @@
+"""How long the planner's collectives and sends take, from the collectives records
+(`python -m harness comm`, results/comm/) or from an estimate the inventory gives.
+
+Measured: the newest finished all_reduce and send_recv records of the inventory's backend.
+At the rank count they were measured at, a call's time is interpolated between the measured
+sizes (results/comm_record.time_at). At another count (a what-if), the ring model: latency
+(the smallest size's time) + factor(n) x S / busbw (the largest size's), the factor from
+nccl-tests' bus bandwidth definition. Estimated: the same ring model with the inventory's
+busbw and latency.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from results.record import comm as comm_record
+from results.record import schema
+from results.planner.inventory import Links, PlanError
+
+
+class LinkModel:
+    def __init__(self, links: Links, results: Path):
+        self.measured = links.measured
+        self.tables: dict[str, tuple[int, list[dict]]] = {}
+        if links.measured:
+            for coll in ("all_reduce", "send_recv"):
+                found = self._newest(results / comm_record.SUBDIR, coll, links.backend)
+                if found is None:
+                    raise PlanError(f"links.collectives=measured: no finished {coll} record for backend "
+                                    f"{links.backend} under {results / comm_record.SUBDIR}; run `python -m harness "
+                                    f"comm` under mpiexec, or give links.busbw_gb_per_s and latency_us")
+                self.tables[coll] = found
+            rows = self.tables["all_reduce"][1]
+            big, small = rows[-1], rows[0]
+            n = self.tables["all_reduce"][0]
+            self.busbw = big["bytes"] * comm_record.BUS_FACTOR["all_reduce"](n) / (
+                big[f"time_us_{comm_record.best_mode(big)}"] / 1e6)
+            self.latency = small[f"time_us_{comm_record.best_mode(small)}"] / 1e6
+            self.source = (f"measured: {links.backend} all_reduce at {n} ranks "
+                           f"({self.busbw / 1e9:.2f} GB/s busbw, {self.latency * 1e6:.0f} us), send_recv")
+        else:
+            self.busbw, self.latency = links.busbw_gb_per_s * 1e9, links.latency_us / 1e6
+            self.source = f"ESTIMATE: {links.busbw_gb_per_s} GB/s busbw, {links.latency_us} us latency"
+
+    @staticmethod
+    def _newest(root: Path, coll: str, backend: str) -> tuple[int, list[dict]] | None:
+        best = None
+        for d in schema.record_dirs(root):
+            rec = schema.read_record(d)
+            c = rec["config"]
+            if (c.get("collective") == coll and c.get("backend") == backend
+                    and rec["status"].get("status") == schema.FINISHED):
+                key = rec["status"].get("ended", 0)
+                if best is None or key > best[0]:
+                    best = (key, int(c["ranks"]), d)
+        return None if best is None else (best[1], comm_record.table(best[2]))
+
+    def _ring(self, coll: str, nbytes: float, n: int) -> float:
+        return self.latency + comm_record.BUS_FACTOR[coll](n) * nbytes / self.busbw
+
+    def all_reduce_s(self, nbytes: float, n: int) -> float:
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if "all_reduce" in self.tables and self.tables["all_reduce"][0] == n:
+            return comm_record.time_at(self.tables["all_reduce"][1], nbytes)
+        return self._ring("all_reduce", nbytes, n)
+
+    def send_s(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        if "send_recv" in self.tables:
+            return comm_record.time_at(self.tables["send_recv"][1], nbytes)
+        return self._ring("send_recv", nbytes, 2)

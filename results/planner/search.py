@@ -1,0 +1,280 @@
+"""The heterogeneous training planner: split data- and pipeline-parallel work over unequal
+devices by their measured (or estimated) speed, and predict the step with results/analysis/schedule.py.
+
+Data parallel (every device a replica): the global batch B split into integer shares so that
+every device finishes its forward and backward at the same time — a device k times faster takes
+k times the samples (Poplar, Whale) — found exactly by a bisection on the finishing time over the
+devices' own time-vs-batch curves (not a straight proportion: a device's time per sample changes
+with its batch), within each device's memory.
+
+Pipeline (a model too big for a device, or asked for): pipelines made of every kind in the
+inventory's proportions (HetPipe's "virtual workers": with counts 500/400/700, 100 pipelines of
+5 + 4 + 7 stages), replicated data-parallel. Per stage order (the device kinds in every order:
+the first and last stages carry the embedding and the head, the first holds the most in-flight
+microbatches under 1F1B) and per microbatch count, the blocks are split by dynamic programming
+to minimise the slowest stage (AMP, Metis), every stage within its memory, with full
+recomputation of a stage's blocks where activations would not fit; each candidate is then
+simulated and the fastest kept. The uniform split (equal blocks, or equal shares) is simulated
+beside it.
+
+Utilization (the issue's definition, the form heterogeneous-training papers use when they hold a
+mixed job against its device groups): throughput of the mixed job / the sum of the throughputs
+each device reaches training alone (B samples per step, its whole-model forward and backward and
+one optimizer step, memory ignored). It is 1 only if no device ever waits and nothing is spent
+on communication or the pipeline's bubble.
+"""
+from __future__ import annotations
+
+import math
+from functools import reduce
+from itertools import permutations
+
+from results.planner.inventory import Inventory, PlanError
+from results.planner.layer_costs import Costs
+from results.planner.links import LinkModel
+from results.analysis.schedule import StageCost, data_parallel_step, simulate
+
+STRATEGIES = ("auto", "dp", "pp")
+
+
+def _alone_rate(c: Costs, batch: int) -> float:
+    """Samples/s one device of this kind reaches training alone on `batch` samples per step."""
+    return batch / (c.sample_s(batch) * batch + c.optimizer_s_per_param * c.total_params)
+
+
+def utilization(samples_per_s: float, devices: list[str], costs: dict[str, Costs], batch: int) -> float:
+    return samples_per_s / sum(_alone_rate(costs[k], batch) for k in devices)
+
+
+# -- data parallel --------------------------------------------------------------------------------
+def _dp_cap(c: Costs, memory: float, batch: int) -> int:
+    """Most samples a device of this kind can take: model state, then activations per sample."""
+    state = c.total_params * c.state_bytes_per_param
+    per_sample = c.saved("embedding", 1) + c.n_blocks * c.saved("block", 1) + c.saved("head", 1)
+    return min(batch, int((memory - state) // per_sample)) if memory > state else 0
+
+
+def _fit(c: Costs, cap: int, t: float) -> int:
+    """Most samples (>= 1) this device computes within t seconds."""
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if c.sample_s(mid) * mid <= t:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def balanced_shares(devices: list[str], costs: dict[str, Costs], caps: dict[str, int], batch: int) -> list[int]:
+    """Integer shares summing to `batch` that minimise the slowest device's compute time."""
+    kinds = sorted(set(devices))
+    count = {k: devices.count(k) for k in kinds}
+    lo, hi = 0.0, max(costs[k].sample_s(batch) * batch for k in kinds)
+    for _ in range(60):  # bisection on the finishing time
+        mid = (lo + hi) / 2
+        if sum(count[k] * _fit(costs[k], caps[k], mid) for k in kinds) >= batch:
+            hi = mid
+        else:
+            lo = mid
+    shares = [_fit(costs[k], caps[k], hi) for k in devices]
+    while sum(shares) > batch:  # take the excess from whoever finishes last
+        i = max((j for j in range(len(shares)) if shares[j] > 1),
+                key=lambda j: costs[devices[j]].sample_s(shares[j]) * shares[j])
+        shares[i] -= 1
+    return shares
+
+
+def _dp_predict(devices, shares, costs, links: LinkModel) -> dict:
+    c0 = costs[devices[0]]
+    compute = [costs[k].sample_s(b) * b for k, b in zip(devices, shares)]
+    reduce_s = links.all_reduce_s(c0.total_params * c0.grad_bytes_per_param, len(devices))
+    opt = [costs[k].optimizer_s_per_param * costs[k].total_params for k in devices]
+    return data_parallel_step(compute, reduce_s, opt)
+
+
+def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int) -> dict:
+    devices = [d.kind for d in inv.devices for _ in range(d.count)]
+    if batch < len(devices):
+        raise PlanError(f"global batch {batch} is smaller than the {len(devices)} data-parallel ranks; "
+                        f"give --global-batch >= {len(devices)}")
+    caps = {d.kind: _dp_cap(costs[d.kind], d.memory_bytes, batch) for d in inv.devices}
+    for d in inv.devices:
+        if caps[d.kind] < 1:
+            need = costs[d.kind].total_params * costs[d.kind].state_bytes_per_param / 1e9
+            raise PlanError(f"device {d.kind} ({d.memory_bytes / 1e9:g} GB) is too small for a data-parallel replica "
+                            f"(model state alone {need:.1f} GB); use --strategy pp")
+    if sum(caps[k] for k in devices) < batch:
+        raise PlanError(f"global batch {batch} does not fit in the devices' memory (at most {sum(caps[k] for k in devices)})")
+    shares = balanced_shares(devices, costs, caps, batch)
+    q, r = divmod(batch, len(devices))
+    even = [q + (1 if i < r else 0) for i in range(len(devices))]
+    out = {"strategy": "dp", "devices": devices, "batch_split": shares, "uniform": {"batch_split": even}}
+    for key, sh, where in (("predicted", shares, out), ("predicted", even, out["uniform"])):
+        sim = _dp_predict(devices, sh, costs, links)
+        fits = all(b <= caps[k] for k, b in zip(devices, sh))
+        where[key] = {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"],
+                      "utilization": utilization(batch / sim["step_s"], devices, costs, batch),
+                      "compute_s": sim["compute_s"], "wait_s": sim["wait_s"], "reduce_s": sim["reduce_s"],
+                      "fits_memory": fits}
+    return out
+
+
+# -- pipeline -------------------------------------------------------------------------------------
+def _inflight(schedule: str, s: int, p: int, m: int) -> int:
+    """Microbatches whose activations stage s holds at once: all of them under GPipe; P - s
+    under 1F1B (its warm-up forwards plus the one in flight)."""
+    return m if schedule == "gpipe" else min(p - s, m)
+
+
+def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, inflight: int, memory: float) -> dict | None:
+    """One stage's time per microbatch and memory, recomputing its blocks if it must; None if it
+    cannot fit even then."""
+    fwd = blocks * c.fwd("block", b) + (c.fwd("embedding", b) if first else 0) + (c.fwd("head", b) if last else 0)
+    bwd = blocks * c.bwd("block", b) + (c.bwd("embedding", b) if first else 0) + (c.bwd("head", b) if last else 0)
+    params = blocks * c.params["block"] + (c.params["embedding"] if first else 0) + (c.params["head"] if last else 0)
+    ends = (c.saved("embedding", b) if first else 0) + (c.saved("head", b) if last else 0)
+    state = params * c.state_bytes_per_param
+    mem = state + inflight * (blocks * c.saved("block", b) + ends)
+    recompute = False
+    if mem > memory:  # full recomputation: keep each block's input only, run its forward again in backward
+        mem = state + inflight * (blocks * c.recompute_per_sample * b + ends) + c.saved("block", b)
+        bwd += blocks * c.fwd("block", b)
+        recompute = True
+    if mem > memory:
+        return None
+    return {"blocks": blocks, "fwd_s": fwd, "bwd_s": bwd, "params": params, "mem_bytes": mem, "recompute": recompute}
+
+
+def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, float], b: int, m: int,
+                 schedule: str) -> list[dict] | None:
+    """Blocks per stage minimising the slowest stage's fwd+bwd per microbatch (dynamic
+    programming over (stage, blocks so far)), every stage >= 1 block and within memory."""
+    p, n = len(kinds), costs[kinds[0]].n_blocks
+    inf = math.inf
+    best = [[inf] * (n + 1) for _ in range(p + 1)]
+    back = [[0] * (n + 1) for _ in range(p + 1)]
+    best[0][0] = 0.0
+    cache: dict[tuple, dict | None] = {}
+    for s in range(p):
+        k = kinds[s]
+        for done in range(s, n - (p - s) + 1):
+            if best[s][done] == inf:
+                continue
+            for c in range(1, n - done - (p - s - 1) + 1):
+                key = (k, c, s == 0, s == p - 1, _inflight(schedule, s, p, m))
+                if key not in cache:
+                    cache[key] = _stage(costs[k], c, s == 0, s == p - 1, b, key[4], memory[k])
+                st = cache[key]
+                if st is None:
+                    continue
+                v = max(best[s][done], st["fwd_s"] + st["bwd_s"])
+                if v < best[s + 1][done + c]:
+                    best[s + 1][done + c], back[s + 1][done + c] = v, c
+    if best[p][n] == inf:
+        return None
+    split, at = [], n
+    for s in range(p, 0, -1):
+        split.append(back[s][at])
+        at -= back[s][at]
+    return stages_for(kinds, costs, memory, split[::-1], b, m, schedule)
+
+
+def stages_for(kinds, costs, memory, split, b, m, schedule) -> list[dict] | None:
+    p = len(kinds)
+    out = []
+    for s, (k, c) in enumerate(zip(kinds, split)):
+        st = _stage(costs[k], c, s == 0, s == p - 1, b, _inflight(schedule, s, p, m), memory[k])
+        if st is None:
+            return None
+        out.append({"kind": k, **st})
+    return out
+
+
+def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str) -> dict:
+    sc = []
+    for s, st in enumerate(stages):
+        c = costs[st["kind"]]
+        reduce_s = links.all_reduce_s(st["params"] * c.grad_bytes_per_param, dp)
+        if c.tied_params and len(stages) > 1 and s in (0, len(stages) - 1):  # tied embedding / head copies
+            reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2)
+        sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b), reduce_s,
+                            c.optimizer_s_per_param * st["params"]))
+    return simulate(schedule, sc, m)
+
+
+def _m_candidates(per_replica: int, p: int, schedule: str) -> list[int]:
+    ms = [m for m in range(1, per_replica + 1) if per_replica % m == 0 and (schedule == "gpipe" or m >= p)]
+    return ms[-8:] if len(ms) > 8 else ms  # the most microbatches (smallest bubble) are the candidates
+
+
+def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str) -> dict:
+    g = reduce(math.gcd, (d.count for d in inv.devices))
+    per = {d.kind: d.count // g for d in inv.devices}
+    p = sum(per.values())
+    n = costs[inv.devices[0].kind].n_blocks
+    if p > n:
+        raise PlanError(f"a pipeline of {p} stages ({'+'.join(f'{v} {k}' for k, v in per.items())}) has more stages "
+                        f"than the model's {n} blocks")
+    if batch < g or batch % g:
+        raise PlanError(f"global batch {batch} must be a multiple of the {g} pipeline replicas (data-parallel ranks)")
+    per_replica = batch // g
+    ms = _m_candidates(per_replica, p, schedule)
+    if not ms:
+        raise PlanError(f"per-replica batch {per_replica} has no microbatch count >= {p} stages ({schedule} needs "
+                        f"M >= P); raise --global-batch or use --schedule gpipe")
+    memory = {d.kind: d.memory_bytes for d in inv.devices}
+    devices = [d.kind for d in inv.devices for _ in range(d.count)]
+    best = None
+    for order in permutations(per):
+        kinds = [k for k in order for _ in range(per[k])]
+        for m in ms:
+            b = per_replica // m
+            stages = split_blocks(kinds, costs, memory, b, m, schedule)
+            if stages is None:
+                continue
+            sim = _pp_predict(stages, costs, links, b, m, g, schedule)
+            if best is None or sim["step_s"] < best[0]["step_s"]:
+                best = (sim, stages, m, list(kinds))
+    if best is None:
+        small = min(inv.devices, key=lambda d: d.memory_bytes)
+        raise PlanError(f"no split fits: device {small.kind} ({small.memory_bytes / 1e9:g} GB) is too small for any "
+                        f"stage even with recomputation")
+    sim, stages, m, kinds = best
+    b = per_replica // m
+    out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "stage_order": kinds,
+           "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
+    out["predicted"] = _pp_figures(sim, batch, devices, costs)
+    q, r = divmod(n, p)
+    even = [q + (1 if i < r else 0) for i in range(p)]
+    uniform_kinds = [d.kind for d in inv.devices for _ in range(per[d.kind])]
+    ust = stages_for(uniform_kinds, costs, memory, even, b, m, schedule)  # recomputing where it must
+    fits = ust is not None
+    if not fits:  # what it would take with memory to spare, marked as not fitting
+        ust = stages_for(uniform_kinds, costs, {k: math.inf for k in memory}, even, b, m, schedule)
+    usim = _pp_predict(ust, costs, links, b, m, g, schedule)
+    out["uniform"] = {"pp_split": even, "stage_order": uniform_kinds, "microbatches": m, "stages": ust,
+                      "predicted": {**_pp_figures(usim, batch, devices, costs), "fits_memory": fits}}
+    out["predicted"]["fits_memory"] = True
+    return out
+
+
+def _pp_figures(sim: dict, batch: int, devices, costs) -> dict:
+    return {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"], "bubble": sim["bubble"],
+            "pipeline_s": sim["pipeline_s"], "utilization": utilization(batch / sim["step_s"], devices, costs, batch)}
+
+
+def plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, strategy: str = "auto",
+         schedule: str = "1f1b") -> dict:
+    if strategy not in STRATEGIES:
+        raise PlanError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
+    if batch < 1:
+        raise PlanError(f"global batch must be >= 1; got {batch}")
+    if strategy == "auto":  # data parallel when a replica fits on every device (no bubble, one collective)
+        fits = all(_dp_cap(costs[d.kind], d.memory_bytes, batch) >= 1 for d in inv.devices)
+        strategy = "dp" if fits else "pp"
+    out = dp_plan(inv, costs, links, batch) if strategy == "dp" else pp_plan(inv, costs, links, batch, schedule)
+    out.update(global_batch=batch, links=links.source,
+               sources={k: c.source for k, c in costs.items()},
+               estimate=any(not c.measured for c in costs.values()) or not links.measured)
+    return out

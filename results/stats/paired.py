@@ -1,0 +1,37 @@
+"""Speedups from paired runs: a configuration's run and the baseline run of the same repeat.
+
+Why: a speedup as the ratio of pooled medians (results/stats.speedup) mixes quiet and loaded
+runs when the load on the machine comes and goes during a sweep; the ratio within each repeat
+cancels load that lasts across the pair's few minutes (pyperf's advice for comparisons on a
+noisy machine is the same: compare what ran together). `make perf` (paired_speedup) measures
+which of the two is closer to the unloaded answer under a background burner.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from results.stats import estimators as stats
+
+
+class Runs(list):
+    """Raw steady step times per finished run, with each run's pair key (sweep, repeat): the
+    sweep runs every configuration of one repeat back to back (harness/sweep.interleave), so
+    runs sharing a key were measured minutes apart at most."""
+
+    def __init__(self, runs: list[list[float]], keys: list[tuple]):
+        super().__init__(runs)
+        self.keys = keys
+
+
+def paired_speedup(base: Runs, config: Runs, n_boot: int = stats.N_BOOT) -> dict | None:
+    """Median over repeats of (baseline run's median step / the same repeat's config run's
+    median step), with a bootstrap CI over the pairs (results/stats.paired_ratio): load that
+    comes and goes between repeats hits both runs of a pair and cancels in their ratio, where
+    the pooled ratio of medians mixes quiet and loaded runs. None without a shared repeat."""
+    b = {k: float(np.median(r)) for k, r in zip(base.keys, base)}
+    pairs = [(b[k], float(np.median(r))) for k, r in zip(config.keys, config) if k in b]
+    if not pairs:
+        return None
+    got = stats.paired_ratio([p[0] for p in pairs], [p[1] for p in pairs], n_boot=n_boot)
+    return {"paired_speedup": got["ratio"], "paired_lo": got["ci_lo"], "paired_hi": got["ci_hi"],
+            "pairs": len(pairs)}

@@ -1,0 +1,78 @@
+"""Stability verdict: can a configuration's numbers be trusted, and if not, why.
+
+A configuration is unstable when any of its runs, or its repeats together, crossed one of:
+- CV_MAX: steady step times' standard deviation above 10% of their mean (pyperf's warning).
+- OTHERS_MAX: other processes used more than 10% of the machine's CPU time during the run
+  (harness/measure/machine_state.py). Our runs use every core; a competitor taking a tenth of them can
+  move step times by that much, the same size as pyperf's threshold.
+- STEAL_MAX: the hypervisor took more than 5% of CPU time (a noisy neighbour outside the VM).
+- SPREAD_MAX: repeat medians differing by more than 1.10x (asv's factor for a real change):
+  run-to-run noise as large as the effects being measured.
+The reason names the cause in numbers ("other processes used 45% of the 2 CPUs during the run,
+load average 4.5 at its end"), so the user knows what to fix.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+CV_MAX, OTHERS_MAX, STEAL_MAX, SPREAD_MAX = 0.10, 0.10, 0.05, 1.10
+STABLE = "stable"
+# the summary figures a verdict reads: a store (results/store/ingest.py) must carry them all, or the
+# portal judges from fewer causes than the CLI does from the records
+RUN_FIGURES = ("cv_step", "others_cpu_frac", "steal_frac", "cpu_per_wall", "cpus", "load_1m_start", "load_1m_end")
+
+
+def _num(row: pd.Series, key: str) -> float | None:
+    v = row.get(key)
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(v) else v
+
+
+def run_reasons(row: pd.Series) -> list[str]:
+    """Why one run's numbers are suspect (empty: no sign of trouble, or nothing recorded)."""
+    out = []
+    others, cpus, load = _num(row, "others_cpu_frac"), _num(row, "cpus"), _num(row, "load_1m_end")
+    if others is not None and others > OTHERS_MAX:
+        out.append(f"other processes used {others:.0%} of the {int(cpus or 0) or '?'} CPUs during the run"
+                   + (f", load average {load:.1f} at its end" if load is not None else ""))
+    steal = _num(row, "steal_frac")
+    if steal is not None and steal > STEAL_MAX:
+        out.append(f"the hypervisor took {steal:.0%} of CPU time (steal)")
+    cv = _num(row, "cv_step")
+    if cv is not None and cv > CV_MAX:
+        out.append(f"step times vary {cv:.0%} within a run (CV above pyperf's 10%)")
+    return out
+
+
+def verdict(rows: pd.DataFrame, runs: Sequence[Sequence[float]] | None = None) -> str:
+    """'stable', or 'unstable: <reasons>' for one configuration: its runs' rows (summary
+    columns) and, when given, their raw steady step times (for the spread of repeat medians)."""
+    reasons: list[str] = []
+    for key, prefix in (("others_cpu_frac", "other processes"), ("steal_frac", "the hypervisor"),
+                        ("cv_step", "step times")):  # per cause, the figures of the run worst hit
+        v = pd.to_numeric(rows[key], errors="coerce") if key in rows else pd.Series(dtype=float)
+        if v.notna().any():
+            reasons += [r for r in run_reasons(rows.loc[v.idxmax()]) if r.startswith(prefix)]
+    meds = [float(np.median(r)) for r in runs or [] if len(r)]
+    if len(meds) > 1 and max(meds) / min(meds) > SPREAD_MAX:
+        reasons.append(f"repeat medians differ by {max(meds) / min(meds) - 1:.0%} ({min(meds) * 1e3:.1f} to "
+                       f"{max(meds) * 1e3:.1f} ms)")
+    return STABLE if not reasons else "unstable: " + "; ".join(reasons)
+
+
+def warning(table: pd.DataFrame) -> str | None:
+    """One line for the end of a sweep when its numbers can't be trusted, else None."""
+    if table.empty or "stability" not in table:
+        return None
+    bad = table[table["stability"].fillna(STABLE).astype(str).str.startswith("unstable")]
+    if bad.empty:
+        return None
+    first = bad["stability"].iloc[0].removeprefix("unstable: ").split("; ")[0]
+    return (f"warning: {len(bad)} of {len(table)} configurations measured unstable ({first}): these speedups "
+            "can't be trusted; rerun on a quiet machine")

@@ -1,0 +1,352 @@
+"""Map run records into MLflow. Idempotent on run_id: a record already in the store is skipped.
+
+params    = the flattened config (toggles.x keys)
+metrics   = the summary figures, plus per-step `loss` and `step_time_ms` histories
+tags      = workload, size, device, status + reason, git sha, host, Slurm job, run_id, variant
+artifacts = the whole run folder
+
+MLflow can always be rebuilt from results/runs/: the records are the source of truth.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from results.record import comm as comm_record
+from results.store import locks
+from results.record import schema
+from results.store import sqlite_store
+from results.stats import stability
+from results.store import frames as store
+from results.store.tracking import COMPLETE_TAG, EXPERIMENT
+from results.store.tracking import client as _client
+
+BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
+RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
+# multi-rank accounting (per collective, per state part); pipeline bubble; the run on its roofline
+SUMMARY_PREFIXES = ("comm_", "mem_", "pp_", "roofline_")
+SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
+                   "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
+                   "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
+                   "mfu_measured_pct", "mfu_vendor_pct", "time_frac_data_wait", "time_frac_compute_bound",
+                   "time_frac_memory_bound", "time_frac_optimizer", "time_frac_communication", "time_frac_other",
+                   "ops_per_step", "fused_kernels_per_step", "profiled_step_s", "converged",
+                   *stability.RUN_FIGURES)
+
+
+_EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process
+_PARENTS: dict[tuple[str, str], str] = {}  # (tracking URI, sweep) -> parent run id, per process
+
+
+def experiment_id(client, artifact_root: Path | None = None) -> str:
+    if client.tracking_uri in _EXPERIMENTS:
+        return _EXPERIMENTS[client.tracking_uri]
+    _EXPERIMENTS[client.tracking_uri] = _experiment_id(client, artifact_root)
+    return _EXPERIMENTS[client.tracking_uri]
+
+
+def _experiment_id(client, artifact_root: Path | None) -> str:
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is not None:
+        return exp.experiment_id
+    loc = None
+    if client.tracking_uri.startswith("sqlite:"):  # keep artifacts beside the db, not in ./mlruns
+        db = Path(client.tracking_uri.split("sqlite:///", 1)[1])
+        loc = (artifact_root or db.parent / "mlartifacts").resolve().as_uri()
+    try:
+        exp_id = client.create_experiment(EXPERIMENT, artifact_location=loc)
+    except Exception:  # noqa: BLE001 - another process created it first
+        return client.get_experiment_by_name(EXPERIMENT).experiment_id
+    if client.tracking_uri.startswith("sqlite:///"):  # a new store: its index is complete from birth
+        store.mark_built(store.index_path(client.tracking_uri), client.tracking_uri)
+    return exp_id
+
+
+def filter_value(value: str) -> str:
+    """`value` as a quoted string in an MLflow filter. MLflow strips one pair of quotes and
+    knows no escapes, so a value is quoted with the kind it does not contain."""
+    for q in ("'", '"'):
+        if q not in value:
+            return f"{q}{value}{q}"
+    raise ValueError(f"{value[:80]!r} holds both kinds of quote; MLflow's filter language cannot match it")
+
+
+def find_run(client, exp_id: str, run_id: str):
+    """The complete MLflow run of a record, or None. Runs of it left half-written (no
+    completion tag) are deleted so that the record is ingested again in full: call this only
+    holding the record's lock (record_lock), since then no live ingester is writing them."""
+    hits = client.search_runs([exp_id], filter_string=f"tags.run_id = {filter_value(run_id)}", max_results=10)
+    done = [h for h in hits if h.data.tags.get(COMPLETE_TAG) == "1"]
+    for h in hits:
+        if h not in done:
+            client.delete_run(h.info.run_id)
+    return done[0] if done else None
+
+
+def lock_path(tracking_uri: str, records_root: Path) -> Path:
+    """The lock file every ingester of these records into this store shares: beside a sqlite
+    store, else beside the records (shared by all hosts that read them)."""
+    db = sqlite_store.db_path(tracking_uri)
+    return sqlite_store.lock_file(db) if db is not None else Path(records_root) / ".ingest.lock"
+
+
+def sweep_parent(client, exp_id: str, sweep: str, lock: Path) -> str:
+    """The MLflow run that groups a sweep instance's runs, created by the first ingester that
+    needs it (under the sweep's lock, so exactly one is)."""
+    key = (client.tracking_uri, sweep)
+    if key not in _PARENTS:
+        with locks.held(lock, f"sweep\0{sweep}"):
+            _PARENTS[key] = _sweep_parent(client, exp_id, sweep)
+    return _PARENTS[key]
+
+
+def _sweep_parent(client, exp_id: str, sweep: str) -> str:
+    # by a digest of the name: a sweep label may hold any character, quotes included
+    hits = client.search_runs([exp_id], filter_string=f"tags.kind = 'sweep' and tags.sweep_key = '{_digest(sweep)}'",
+                              max_results=100)
+    if not hits and ("'" not in sweep or '"' not in sweep):  # a parent made before sweep_key existed
+        hits = client.search_runs([exp_id], f"tags.kind = 'sweep' and tags.sweep = {filter_value(sweep)}",
+                                  max_results=100)
+    if hits:  # stores from before the lock may hold racing creators' parents: the oldest is the one
+        return min(hits, key=lambda h: (h.info.start_time, h.info.run_id)).info.run_id
+    run = client.create_run(exp_id, tags={"kind": "sweep", "sweep": visible(sweep), "sweep_key": _digest(sweep),
+                                          "mlflow.runName": visible(f"sweep {sweep}")})
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def visible(text: str) -> str:
+    """`text` as valid UTF-8 that MLflow can store: bytes that were not UTF-8 (a label from
+    argv, read with surrogateescape) become backslash escapes (\\xff) rather than failing
+    every ingest of the record."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that was never a byte
+        return text.encode("utf-8", "backslashreplace").decode("ascii")
+
+
+def _tags(rec: dict[str, Any]) -> dict[str, str]:
+    """Tags of a record's MLflow run: what every record has (identity, status, machine), then
+    a training run's config and scheduler ids, or a collectives record's own settings."""
+    cfg, env, st = rec["config"], rec["env"], rec["status"]
+    tags = {"run_id": cfg["run_id"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
+            "status": st["status"], "status_reason": st.get("reason", "")[:4000],
+            "git_sha": env.get("git_sha") or "", "host": env.get("hostname", ""),
+            "cpu_model": env.get("cpu_model", ""), "gpu_name": env.get("gpu_name") or "",
+            "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"]}
+    if cfg.get("kind") == comm_record.KIND:
+        tags.update({k: cfg.get(k, "") for k in ("collective", "backend", "dtype", "ranks", "nodes", "bench",
+                                                  "launcher")}, kind=comm_record.KIND)
+        return {k: visible(str(v)) for k, v in tags.items()}
+    slurm = env.get("slurm", {})
+    sched = env.get("scheduler", {})  # neutral keys (records from before them have none)
+    tags.update({
+        "variant": cfg["variant"], "workload": cfg["workload"], "size": cfg["size"],
+        "slurm_job_id": slurm.get("SLURM_JOB_ID", ""),
+        "slurm_array_job_id": slurm.get("SLURM_ARRAY_JOB_ID", ""),
+        "slurm_array_task_id": slurm.get("SLURM_ARRAY_TASK_ID", ""),
+        "slurm_nodelist": slurm.get("SLURM_JOB_NODELIST", ""),
+        "scheduler": sched.get("name", ""), "job_id": sched.get("job_id", ""),
+        "array_task_id": sched.get("array_task_id", ""), "kind": "run",
+        "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
+    })
+    return {k: visible(str(v)) for k, v in tags.items()}
+
+
+def _params(cfg: dict[str, Any]) -> dict[str, str]:
+    return {visible(k): visible(str(v)) for k, v in schema.flatten(cfg).items()}
+
+
+@dataclass
+class Known:
+    """What a bulk ingest learns up front instead of one MLflow search per record: the run_ids
+    already in the store in full. A complete run is never removed, so this can only be short;
+    a record not in it is looked up afresh under its lock."""
+    complete: set[str]
+
+
+class Transient(Exception):
+    """The store could not be reached or was busy for every attempt."""
+
+
+TRANSIENT_MARKERS = ("database is locked", "database table is locked", "connection refused", "connectionerror",
+                     "max retries exceeded", "connection reset", "connection aborted", "remotedisconnected",
+                     "temporarily unavailable", "timed out", "timeout", "error code 429", "error code 502",
+                     "error code 503", "error code 504", "bad gateway", "service unavailable")
+
+
+def transient(e: BaseException) -> bool:
+    """Worth retrying: the store unreachable or busy (a tracking server restarting, sqlite's
+    writer lock). Anything else (a value MLflow rejects, a record it cannot take) fails the same
+    way every time, so it is not retried."""
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
+    text = f"{type(e).__name__}: {e}".lower()
+    return any(m in text for m in TRANSIENT_MARKERS)
+
+
+def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | None = None,
+               known: Known | None = None) -> str:
+    """Ingest one finished record; returns 'added', 'present' or 'in progress'. Safe with any
+    number of concurrent ingesters: each record is looked up and written under its own lock,
+    so it gets exactly one MLflow run. A store that is briefly unreachable or busy is retried
+    with exponential backoff and then raises Transient; any other error is raised at once. The
+    record itself is never changed; a retry finishes or redoes a half-written run."""
+    attempts = max(1, attempts or _env_attempts())  # at least one try, whatever the setting says
+    attempt = 0
+    while True:
+        try:
+            return _ingest_once(run_dir, tracking_uri, client, known)
+        except (schema.RecordError, sqlite_store.StoreDamaged):
+            raise
+        except Exception as e:  # noqa: BLE001 - sorted into transient (retried) and the rest
+            if not transient(e):
+                raise
+            attempt += 1
+            if attempt >= attempts:
+                raise Transient(f"{tracking_uri} unreachable or busy after {attempts} attempts: "
+                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+
+
+def _env_attempts() -> int:
+    raw = os.environ.get("HARNESS_INGEST_ATTEMPTS", "")
+    try:
+        return int(raw) if raw else RETRIES
+    except ValueError:
+        raise ValueError(f"HARNESS_INGEST_ATTEMPTS must be an integer; got {raw!r}") from None
+
+
+def _ingest_once(run_dir: Path, tracking_uri: str, client=None, known: Known | None = None) -> str:
+    rec = schema.read_record(Path(run_dir), with_metrics=True)
+    if schema.orphaned(rec["status"]):
+        schema.finalize_orphan(run_dir, f"process {rec['status']['pid']} died before finishing its record")
+        rec = schema.read_record(Path(run_dir), with_metrics=True)
+    if rec["status"]["status"] == schema.RUNNING:
+        return "in progress"
+    comm = rec["config"].get("kind") == comm_record.KIND
+    run_id = rec["config"]["run_id"]
+    # collectives records are not in the run index, so `known` (built from it) cannot answer for them
+    if known is not None and not comm and run_id in known.complete:
+        return "present"
+    client = client or _client(tracking_uri)
+    exp_id = experiment_id(client)
+    with locks.held(lock_path(tracking_uri, Path(run_dir).parent), f"run\0{run_id}"):
+        if find_run(client, exp_id, run_id) is not None:  # afresh: another ingester may have just added it
+            return "present"
+        return _write(client, exp_id, rec, Path(run_dir), tracking_uri, comm)
+
+
+def _write(client, exp_id: str, rec: dict, run_dir: Path, tracking_uri: str, comm: bool) -> str:
+    """One MLflow run for the record; called holding the record's lock, after find_run."""
+    st = rec["status"]
+    start_ms = int(st["started"] * 1000)
+    tags = {**_tags(rec), COMPLETE_TAG: "0"}  # "1" comes with the last batch
+    if tags["sweep"]:
+        tags["mlflow.parentRunId"] = sweep_parent(client, exp_id, rec["config"]["sweep"],
+                                                  lock_path(tracking_uri, run_dir.parent))
+    run = client.create_run(exp_id, start_time=start_ms, tags=tags)
+    try:
+        _fill(client, run, rec, run_dir, tracking_uri, comm, tags)
+    except Exception as e:  # noqa: BLE001 - a permanent error leaves no half-written run behind
+        if not transient(e):
+            client.delete_run(run.info.run_id)
+        raise
+    return "added"
+
+
+def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, tags: dict) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    rid, st = run.info.run_id, rec["status"]
+    start_ms = int(st["started"] * 1000)
+    # a collectives record's whole summary (bandwidths, latency, ceilings) is its figures
+    metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
+               if (comm or k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
+    for row in rec["metrics"]:
+        ts = start_ms + int(1000 * row.get("t", 0))
+        if row["kind"] == "size":  # per-size figures as histories whose step is the size in bytes
+            metrics += [Metric(k, float(v), ts, int(row["bytes"])) for k, v in row.items()
+                        if k.startswith(comm_record.SIZE_FIGURES) and isinstance(v, (int, float))]
+        elif row["kind"] == "step":
+            metrics.append(Metric("loss", row["loss"], ts, row["step"]))
+            metrics.append(Metric("step_time_ms", 1000 * row["step_s"], ts, row["step"]))
+        else:
+            metrics.append(Metric("eval_quality", row["quality"], ts, row["step"]))
+    params = [Param(k, v[:6000]) for k, v in _params(rec["config"]).items()]
+    # artifacts and the end state first, then everything else in as few batches as MLflow allows;
+    # the completion tag rides in the last one, so a run without it is known to be half-written
+    _log_record_folder(client, run, Path(run_dir))
+    client.set_terminated(rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"),
+                          end_time=int(st.get("ended", st["started"]) * 1000))
+    chunks = [metrics[i:i + BATCH] for i in range(0, len(metrics), BATCH)] or [[]]
+    for chunk in chunks[:-1]:
+        client.log_batch(rid, metrics=chunk)
+    client.log_batch(rid, metrics=chunks[-1], params=params,
+                     tags=[RunTag("record_version", str(schema.RECORD_VERSION)), RunTag(COMPLETE_TAG, "1")])
+    if tracking_uri.startswith("sqlite:///") and not comm:  # keep the run index (results/store/frames.py) current
+        latest = {m.key: m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))}
+        store.index_upsert(store.index_path(tracking_uri), tracking_uri, store.row(
+            rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), start_ms, {**tags, COMPLETE_TAG: "1"},
+            {p.key: p.value for p in params}, latest))
+
+
+def _log_record_folder(client, run, run_dir: Path) -> None:
+    """The record folder as the run's artifacts. With a local artifact store on the same
+    filesystem the files are hard-linked (records are immutable once finished, and a status
+    rewrite replaces the file rather than editing it), else copied/uploaded by MLflow."""
+    from urllib.parse import unquote, urlparse
+    uri = run.info.artifact_uri
+    if uri.startswith("file://") and all(f.is_file() for f in run_dir.iterdir()):
+        dest = Path(unquote(urlparse(uri).path))
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in run_dir.iterdir():
+                if f.is_file():
+                    os.link(f, dest / f.name)
+            return
+        except OSError:  # another filesystem, or no hard links here: fall back to copying
+            pass
+    client.log_artifacts(run.info.run_id, str(run_dir))
+
+
+def known_runs(tracking_uri: str) -> Known | None:
+    """For a sqlite store with a built run index: its complete run_ids. None elsewhere (a
+    tracking server's index is the reader's, not kept by ingest): each record is then looked
+    up on its own."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    done = store.index_run_ids(store.index_path(tracking_uri), tracking_uri)
+    return None if done is None else Known(done)
+
+
+def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, list[str]]:
+    """Ingest every record under runs_root. An unreadable record ("broken") or one the store
+    rejects ("failed", one line each) stays out alone while the rest go in; a store that stays
+    unreachable (Transient) or is damaged (StoreDamaged) stops the whole ingest."""
+    db = sqlite_store.db_path(tracking_uri)
+    if db is not None:
+        sqlite_store.check_writable(db)
+    client = client or _client(tracking_uri)
+    experiment_id(client)
+    known = known_runs(tracking_uri)
+    out: dict[str, list[str]] = {"added": [], "present": [], "in progress": [], "broken": [], "failed": []}
+    for d in schema.record_dirs(runs_root):
+        try:
+            out[ingest_run(d, tracking_uri, client, known=known)].append(d.name)
+        except schema.RecordError as e:
+            out["broken"].append(f"{d.name}: {e}")
+        except (Transient, sqlite_store.StoreDamaged, PermissionError):
+            raise
+        except Exception as e:  # noqa: BLE001 - this record alone: MLflow rejected something in it
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            out["failed"].append(f"{d.name}: {type(e).__name__}: {first}")
+    return out
