@@ -15,7 +15,7 @@ from harness.config.run_config import RunConfig, UsageError, settable_keys
 from harness.config.errors import one_line
 from harness.parallel.dist import default_device
 from results.record import toggles as toggle_decl
-from results.analysis.collectives import COLLECTIVES
+from results.record.comm import COLLECTIVES
 from results.record.paths import results_root
 
 

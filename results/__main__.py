@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 def _ingest(root: Path, uri: str) -> int:
     """Every record (runs, then collectives benchmarks) into the store; exit 1 when some
     record could not go in (each named on its own line), 0 otherwise."""
-    from results.analysis.collectives import SUBDIR
+    from results.record.comm import SUBDIR
     from results.store.ingest import ingest_all
     res = ingest_all(root / "runs", uri)
     for k, v in ingest_all(root / SUBDIR, uri).items():

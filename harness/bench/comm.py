@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from results.analysis import collectives as coll
+from results.record import comm as comm_record
 from results.record import schema
 from results.record.paths import REPO_ROOT
 
@@ -23,12 +23,12 @@ MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 
 
 def _round(env: dict, results: Path, ranks: int, max_bytes: str, iters: int) -> dict[tuple[str, str], dict]:
-    before = set(schema.record_dirs(results / coll.SUBDIR))
+    before = set(schema.record_dirs(results / comm_record.SUBDIR))
     subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-m", "harness", "comm", "--backends", "gloo,mpi",
                     "-e", max_bytes, "-n", str(iters), "--no-ingest"],
                    check=True, capture_output=True, env=env, cwd=REPO_ROOT)
     out = {}
-    for d in schema.record_dirs(results / coll.SUBDIR):
+    for d in schema.record_dirs(results / comm_record.SUBDIR):
         if d not in before:
             r = schema.read_record(d)
             out[(r["config"]["collective"], r["config"]["backend"])] = {**r["summary"], "status": r["status"]["status"]}
@@ -46,7 +46,7 @@ def collectives_bench(ranks: int = 2, max_bytes: str = "64M", iters: int = 10, r
                  "copy_ceiling_gb_per_s": {"rank": ceiling, "rank_threads": first.get("copy_threads_rank"),
                                            "all_cores": first.get("copy_gb_per_s_all_cores")},
                  "loadavg_1m_start": [g[next(iter(g))].get("loadavg_1m_start") for g in got]}
-    for c in coll.COLLECTIVES:
+    for c in comm_record.COLLECTIVES:
         row: dict = {}
         for b in ("gloo", "mpi"):
             rs = [g.get((c, b), {}) for g in got]

@@ -14,7 +14,7 @@ from collections import defaultdict
 import torch
 
 from harness.config.run_config import RunConfig
-from results.analysis.collectives import BUS_FACTOR  # nccl-tests' bus factors, one definition
+from results.record.comm import BUS_FACTOR  # nccl-tests' bus factors, one definition
 
 # c10d op -> (collective, index of the argument whose tensors make nccl-tests' size S)
 _C10D = {"allreduce_": ("all_reduce", 0), "allreduce_coalesced_": ("all_reduce", 0),

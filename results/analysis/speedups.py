@@ -14,7 +14,7 @@ from results.record import schema
 from results.stats import stability
 from results.stats import estimators as stats
 from results.stats.paired import Runs
-from results.analysis.collectives import COLLECTIVES
+from results.record.comm import COLLECTIVES
 from results.store.frames import step_samples
 from results.record.toggles import NAMES
 
