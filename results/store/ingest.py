@@ -22,7 +22,7 @@ from results.record import schema
 from results.store import sqlite_store
 from results.stats import stability
 from results.store import frames as store
-from results.store.tracking import COMPLETE_TAG, EXPERIMENT
+from results.store.tracking import COMPLETE_TAG, EXPERIMENT, store_budget_s
 from results.store.tracking import client as _client
 
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
@@ -180,7 +180,8 @@ class Transient(Exception):
 TRANSIENT_MARKERS = ("database is locked", "database table is locked", "connection refused", "connectionerror",
                      "max retries exceeded", "connection reset", "connection aborted", "remotedisconnected",
                      "temporarily unavailable", "timed out", "timeout", "error code 429", "error code 502",
-                     "error code 503", "error code 504", "bad gateway", "service unavailable")
+                     "error code 503", "error code 504", "bad gateway", "service unavailable",
+                     "error code 500", "internal server error", "too many 500 error responses")
 
 
 def transient(e: BaseException) -> bool:
@@ -198,9 +199,12 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | No
     """Ingest one finished record; returns 'added', 'present' or 'in progress'. Safe with any
     number of concurrent ingesters: each record is looked up and written under its own lock,
     so it gets exactly one MLflow run. A store that is briefly unreachable or busy is retried
-    with exponential backoff and then raises Transient; any other error is raised at once. The
-    record itself is never changed; a retry finishes or redoes a half-written run."""
+    with exponential backoff within the store budget (tracking.store_budget_s, 30 s unless set)
+    and then raises Transient; any other error is raised at once. The record itself is never
+    changed; a retry finishes or redoes a half-written run."""
     attempts = max(1, attempts or _env_attempts())  # at least one try, whatever the setting says
+    t0 = time.monotonic()
+    deadline = t0 + store_budget_s()
     attempt = 0
     while True:
         try:
@@ -211,10 +215,12 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | No
             if not transient(e):
                 raise
             attempt += 1
-            if attempt >= attempts:
-                raise Transient(f"{tracking_uri} unreachable or busy after {attempts} attempts: "
+            wait = BACKOFF_S * 2 ** (attempt - 1)
+            if attempt >= attempts or time.monotonic() + wait > deadline:
+                raise Transient(f"{tracking_uri} unreachable or failing after {attempt} attempts in "
+                                f"{time.monotonic() - t0:.0f} s: "
                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
-            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+            time.sleep(wait)
 
 
 def _env_attempts() -> int:

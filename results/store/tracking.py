@@ -7,6 +7,35 @@ from pathlib import Path
 
 EXPERIMENT = "mlperf-harness"
 COMPLETE_TAG = "ingest_complete"  # "1" once every batch of a run is in; "0" while it is written
+STORE_BUDGET_S = 30.0  # most seconds a run or an ingest spends on a store that is down or failing
+HTTP_TIMEOUT_S = 10.0  # one HTTP request to a tracking server, at most (MLflow's default is 120 s)
+
+
+def store_budget_s() -> float:
+    """HARNESS_STORE_BUDGET_S (seconds, > 0) or 30: the time bound on an unreachable store."""
+    raw = os.environ.get("HARNESS_STORE_BUDGET_S", "")
+    try:
+        v = float(raw) if raw else STORE_BUDGET_S
+    except ValueError:
+        raise ValueError(f"HARNESS_STORE_BUDGET_S must be a number of seconds; got {raw!r}") from None
+    if not v > 0:
+        raise ValueError(f"HARNESS_STORE_BUDGET_S must be > 0 seconds; got {raw!r}")
+    return v
+
+
+def bound_http(uri: str) -> None:
+    """Fold MLflow's own HTTP retries into ours (results/store/ingest.ingest_run retries within
+    the store budget): left alone, MLflow retries a refused connection or a 5xx 7 times with
+    backoff, each request waiting up to 120 s, which made one run wait ~8.5 minutes on a down
+    server. Its retries go to 0 and a request's timeout to at most 10 s and the budget."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    try:
+        mine = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S))
+    except ValueError:
+        mine = HTTP_TIMEOUT_S
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(max(1, int(min(mine, HTTP_TIMEOUT_S, store_budget_s()))))
 
 
 def default_tracking_uri(results_root: Path) -> str:
@@ -24,6 +53,7 @@ def client(uri: str):
 
     from results.store import sqlite_store
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # no alembic chatter in CLI output
+    bound_http(uri)
     db = sqlite_store.db_path(uri)
     if db is not None:
         sqlite_store.ensure(db)
