@@ -16,7 +16,7 @@ from harness.config.errors import one_line
 from harness.parallel.dist import default_device
 from results.record import toggles as toggle_decl
 from results.record.comm import COLLECTIVES
-from results.record.paths import results_root
+from results.record.paths import results_root, results_root_problem
 
 
 class _Parser(argparse.ArgumentParser):
@@ -154,8 +154,8 @@ def _execute(cfg: RunConfig, ingest: bool) -> int:
         print(f"harness: {out.status}: {out.reason}", file=sys.stderr)
     if out.status == "finished":
         return 0
-    if out.status == "killed":
-        return 143  # 128 + SIGTERM, as a shell reports it
+    if out.status == "killed":  # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
+        return 130 if "SIGINT" in (out.reason or "") else 143
     return 2 if out.status == "unsupported" or out.bad_input else 1
 
 
@@ -221,9 +221,24 @@ def cmd_info(name: str) -> int:
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def commands(parser: argparse.ArgumentParser) -> str:
+    """The subcommands, one line each, as `python -m harness` with no arguments prints them."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    width = max(map(len, sub.choices))
+    lines = [f"  {c.dest:<{width}}  {c.help or ''}" for c in sub._choices_actions]
+    return "usage: python -m harness COMMAND ...\ncommands:\n" + "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        print(commands(parser), file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
+        problem = results_root_problem()
+        if problem and args.cmd not in ("list", "info", "doctor"):
+            raise UsageError(problem)
         if args.cmd == "run":
             return cmd_run(args)
         if args.cmd == "list":

@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="rebuild-store: rebuild a store that is not damaged too")
     args = p.parse_args(argv)
     root = Path(args.results)
+    problem = paths.results_root_problem(root)
+    if problem:
+        print(f"results: error: {problem}", file=sys.stderr)
+        return 2
     if args.cmd == "summary":
         from results.analysis.speedups import print_sweep_summary
         print_sweep_summary(root / "runs", args.sweep)

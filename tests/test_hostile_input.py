@@ -77,3 +77,53 @@ def test_a_data_root_that_is_a_file_fails_the_run_with_its_reason(capsys, tmp_pa
     assert main(["run", "lm", "--set", "steps=1"]) == 2
     err = capsys.readouterr().err
     assert "cannot make the dataset folder" in err and "Not a directory" in err and "Traceback" not in err
+
+
+def test_more_threads_than_the_machine_has_are_refused(capsys, tmp_path, monkeypatch):
+    """threads=100000 segfaulted in torch's thread pool (exit 139, the record left running)."""
+    import os
+    monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path / "results"))
+    line = refused(capsys, "run", "lm", "--set", "threads=100000")
+    assert f"1..{os.cpu_count()}" in line and "100000" in line
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_unknown_set_key_names_the_nearest_keys_and_where_all_are(capsys):
+    line = refused(capsys, "run", "lm", "--set", "tread=3")
+    assert "did you mean threads?" in line and "python -m harness list" in line
+    assert len(line) < 200  # never the whole key list, cut mid-word
+    line = refused(capsys, "run", "lm", "--set", "zzzzzz=1")
+    assert "did you mean" not in line and "python -m harness list" in line
+
+
+@pytest.mark.parametrize("name", ["x" * 10_000, "a/b", "x@y", " sp", "-rf"])
+def test_a_sweep_name_that_cannot_name_a_folder_is_refused(capsys, tmp_path, name):
+    import json
+    line = refused(capsys, "sweep", sweep_file(tmp_path, f"name: {json.dumps(name)}\nworkloads: [lm]\n"))
+    assert "name:" in line and len(line) < 400, line
+
+
+def test_a_results_folder_that_is_a_file_is_named(capsys, tmp_path, monkeypatch):
+    f = tmp_path / "results"
+    f.write_text("not a folder")
+    monkeypatch.setenv("HARNESS_RESULTS", str(f))
+    assert "is not a folder" in refused(capsys, "run", "lm")
+    from results.__main__ import main as results_main
+    assert results_main(["ingest"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a folder" in err[0]
+
+
+def test_no_arguments_list_the_commands(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    for cmd in ("run", "sweep", "demo", "compare", "doctor", "plan"):
+        assert f"\n  {cmd} " in err, cmd
+
+
+def test_a_sweep_named_like_an_instance_is_not_resumed_for_another():
+    """`x@y`'s runs are never taken for runs of sweep `x` (the old prefix match did)."""
+    from harness.experiments import sweep
+    mine, other = sweep.instance_id("x"), sweep.instance_id("x") .replace("x@", "x@y@", 1)
+    assert sweep._is_instance(mine, "x") and not sweep._is_instance(other, "x")
+    assert not sweep._is_instance("x@y", "x") and not sweep._is_instance("xy@20260101T000000-1ab", "x")

@@ -198,3 +198,25 @@ def test_a_run_link_opens_that_run(portal_url, seeded):
             tile = body.split("median step (ms)", 1)[1].split()[0]
             assert tile == mine != other, body[:2000]
             assert f"run={rid}" in page.url
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
+def test_every_page_on_a_folder_without_a_store_writes_nothing(tmp_path):
+    """Read-only means read-only: every page opened on a mistyped (absent) results folder and on
+    one holding only collectives/profile/plan folders creates no file, store or lock there."""
+    pages = sorted(p.stem for p in (REPO / "portal" / "pages").glob("*.py"))
+    absent = tmp_path / "mistyped"
+    only = tmp_path / "no-store"
+    for sub in ("comm", "profiles", "plans"):
+        (only / sub).mkdir(parents=True)
+    before = _tree(only)
+    for root in (absent, only):
+        with serve(root) as url, _browser_page() as page:
+            for name in ["overview", *[p for p in pages if p != "overview"]]:
+                _open(page, f"{url}/{'' if name == 'overview' else name}", f"nostore-{root.name}-{name}", HEADING)
+    assert not absent.exists()
+    assert _tree(only) == before

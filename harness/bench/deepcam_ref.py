@@ -129,7 +129,7 @@ def deepcam_vs_reference(layouts: tuple = ("nchw", "channels_last")) -> dict:
         code = ("import json, sys; from harness.bench.deepcam_ref import compare; "
                 f"print(json.dumps(compare({str(path)!r}, {layout!r})))")
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           cwd=Path(__file__).resolve().parents[1])
+                           cwd=Path(__file__).resolve().parents[2])
         if p.returncode:
             tail = (p.stderr.strip().splitlines() or [""])[-1]
             res[layout] = {"crashed": f"exit {p.returncode}" + (f" (signal {-p.returncode})" if p.returncode < 0 else ""),

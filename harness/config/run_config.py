@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -128,13 +129,17 @@ class RunConfig:
         for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks", "profile_steps"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
+        cpus = os.cpu_count() or 1
+        if self.threads > cpus:  # torch's OpenMP pool segfaulted (exit 139, no output) at 100000
+            raise UsageError(f"threads must be 0 (one per core) or 1..{cpus}: this machine has {cpus} CPUs; "
+                             f"got {brief(self.threads)}")
         if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
             raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
         if not 1 <= self.seed <= SEED_MAX:
             raise UsageError(f"seed must be in 1..{SEED_MAX} (> 0 is an MLPerf rule; numpy's seeds are 32-bit); "
-                             f"got {_brief(self.seed)}")
+                             f"got {brief(self.seed)}")
         if not 0 <= self.data_seed <= SEED_MAX:
-            raise UsageError(f"data_seed must be in 0..{SEED_MAX} (numpy's seeds are 32-bit); got {_brief(self.data_seed)}")
+            raise UsageError(f"data_seed must be in 0..{SEED_MAX} (numpy's seeds are 32-bit); got {brief(self.data_seed)}")
         if self.parallel.tp > 1 and getattr(wl, "tensor_parallel_plan", None) is None:
             with_plan = [n for n in registry.names() if getattr(registry.get(n), "tensor_parallel_plan", None)]
             raise UsageError(f"parallel.tp={self.parallel.tp}: {self.workload} has no tensor-parallel plan; "
@@ -183,7 +188,8 @@ class RunConfig:
         d = dict(d)
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
-            raise UsageError(f"unknown config key(s) {sorted(unknown)}; valid keys: {', '.join(settable_keys())}")
+            first = sorted(map(str, unknown))[0]
+            raise UsageError(f"unknown config key(s) {brief(sorted(map(str, unknown)))}{_nearest(first)}")
         tog = d.pop("toggles", {}) or {}
         if not isinstance(tog, dict):
             raise UsageError(f"toggles must be a mapping; got {tog!r}")
@@ -230,7 +236,7 @@ def _check_pipeline(wl, cfg: "RunConfig", registry) -> None:
 SEED_MAX = 2**32 - 1
 
 
-def _brief(value: Any, limit: int = 60) -> str:
+def brief(value: Any, limit: int = 60) -> str:
     """repr(value), cut to `limit` characters: error lines echo what they got, never megabytes."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
@@ -238,7 +244,7 @@ def _brief(value: Any, limit: int = 60) -> str:
 
 def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
-        raise UsageError(f"{name} must be one of {', '.join(valid)}; got {_brief(value)}")
+        raise UsageError(f"{name} must be one of {', '.join(valid)}; got {brief(value)}")
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig) if f.name not in SECTIONS}
@@ -267,7 +273,7 @@ def _check_types(cfg: RunConfig) -> None:
             continue
         v = getattr(cfg, f.name)
         if not has_type(v, f.type):
-            raise UsageError(f"{f.name} expects {f.type}; got {_brief(v)}")
+            raise UsageError(f"{f.name} expects {f.type}; got {brief(v)}")
     if isinstance(cfg.max_seconds, int):
         object.__setattr__(cfg, "max_seconds", float(cfg.max_seconds))
 
@@ -276,13 +282,23 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
+def _nearest(key: str) -> str:
+    """'; did you mean X, Y?' from the settable keys, and where to find them all (the whole list
+    is ~60 keys: an error line that lists them gets cut before the last ones)."""
+    import difflib
+    close = difflib.get_close_matches(str(key), settable_keys(), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"{hint} (every key: python -m harness list)"
+
+
 def parse_assignment(text: str) -> tuple[str, Any]:
     """'toggles.compile=true' -> ('toggles.compile', True), typed by the target field."""
     if "=" not in text:
-        raise UsageError(f"malformed --set {text!r}: expected KEY=VALUE; keys: {', '.join(settable_keys())}")
+        raise UsageError(f"malformed --set {brief(text)}: expected KEY=VALUE, e.g. steps=20 "
+                         "(every key: python -m harness list)")
     key, raw = (s.strip() for s in text.split("=", 1))
     if key not in _FIELD_TYPES or key == "workload":
-        raise UsageError(f"unknown key {key!r} in --set; valid keys: {', '.join(settable_keys())}")
+        raise UsageError(f"unknown key {brief(key)} in --set{_nearest(key)}")
     return key, parse_value(key, raw)
 
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-RULES_DIR = Path(__file__).resolve().parent / "rules"
+RULES_DIR = Path(__file__).resolve().parents[1] / "rules"  # harness/rules
 HPC_WORKLOADS = ("cosmoflow", "deepcam")
 
 

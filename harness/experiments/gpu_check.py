@@ -32,7 +32,7 @@ def main() -> int:
     print(nccl_smoke())
     from harness.experiments import sweep
     repeats = int(os.environ.get("REPEATS", "0"))
-    return max(sweep.main(Path(__file__).parent / "sweeps" / f"{name}.yaml", repeats=repeats)
+    return max(sweep.main(Path(__file__).resolve().parents[1] / "sweeps" / f"{name}.yaml", repeats=repeats)
                for name in ("gpu-check", "gpu-graphs"))
 
 

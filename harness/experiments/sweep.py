@@ -17,17 +17,23 @@ stops the sweep, and records are ingested at the end.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import secrets
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 
-from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, read_yaml_mapping
+from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief, read_yaml_mapping
 from results.record import toggles as toggle_decl
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
+NAME_MAX = 100
+SWEEP_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_MAX - 1}}}")
+INSTANCE = re.compile(r"(.+)@(\d{8}T\d{6}-[0-9a-f]+)")  # instance_id's shape
 SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base", "parallel", "ranks"}
 DEFAULT_REPEATS = 5
 BIG_SWEEP = 200  # runs; past this the sweep says how long a road it starts on
@@ -94,7 +100,11 @@ def load(path: Path) -> Sweep:
     for key in on_values:
         if key not in toggles:
             raise bad(str(key), f"on_values for a toggle this sweep does not switch; its toggles: {', '.join(toggles)}")
-    sweep = Sweep(name=str(d.get("name") or path.stem), workloads=tuple(listy["workloads"] or ()),
+    name = str(d.get("name") or path.stem)
+    if not SWEEP_NAME.fullmatch(name):
+        raise bad("name", f"expected 1-{NAME_MAX} letters, digits, '.', '_' or '-' (it names folders and "
+                          f"the sweep id NAME@STAMP); got {brief(name)}")
+    sweep = Sweep(name=name, workloads=tuple(listy["workloads"] or ()),
                   sizes=tuple(listy["sizes"] or ("tiny",)), repeats=repeats, toggles=toggles,
                   on_values=on_values, matrix=matrix, base=base,
                   parallel=_parallel_cells(d, bad), ranks=_rank_counts(d, bad))
@@ -235,13 +245,23 @@ def existing_records(runs_root: Path, sweep_id: str) -> dict[tuple[str, int], tu
     return out
 
 
+def instance_id(name: str) -> str:
+    """A new run of sweep `name`: NAME@UTC-STAMP-PIDHEX (sorts by time; unique across hosts)."""
+    return f"{name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}{secrets.token_hex(2)}"
+
+
+def _is_instance(sweep_id: str, name: str) -> bool:
+    """Whether `sweep_id` is a run of sweep `name` exactly (not of a sweep named NAME@x)."""
+    return INSTANCE.fullmatch(sweep_id) is not None and INSTANCE.fullmatch(sweep_id).group(1) == name
+
+
 def latest_instance(runs_root: Path, name: str) -> str | None:
     from results.analysis.speedups import records_frame
 
     df = records_frame(runs_root)
     if df.empty or "sweep" not in df:
         return None
-    ids = sorted(i for i in df["sweep"].dropna().unique() if str(i).startswith(f"{name}@"))
+    ids = sorted(i for i in df["sweep"].dropna().unique() if _is_instance(str(i), name))
     return ids[-1] if ids else None
 
 
@@ -250,9 +270,6 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     """`harness sweep` (site None: the local scheduler on this machine) and `harness submit
     --site` (the site's scheduler): one planning path, one launcher protocol."""
     import json
-    import os
-    import secrets
-    import time
 
     from harness.launch import schedulers
     from harness.launch.backend import SweepPlan, launch, safe
@@ -281,7 +298,7 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
                 if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
     else:
         # UTC second, then pid and random bits: two sweeps started in one second never share an id
-        sweep_id = f"{sw.name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}{secrets.token_hex(2)}"
+        sweep_id = instance_id(sw.name)
         cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site))
         todo = list(range(len(cells)))
     print(f"sweep {sweep_id}: {len(cells) // sw.repeats} configurations x {sw.repeats} repeats, "

@@ -47,8 +47,10 @@ def load_comm(tracking_uri: str):
     dtype, host, status, reason, record_dir, bench = the invocation) and summary metrics."""
     import pandas as pd
 
-    from results.store.tracking import COMPLETE_TAG, EXPERIMENT, client
-    c = client(tracking_uri)
+    from results.store.tracking import COMPLETE_TAG, EXPERIMENT, reader
+    c = reader(tracking_uri)
+    if c is None:  # no store there: nothing to show, and nothing created
+        return pd.DataFrame()
     exp = c.get_experiment_by_name(EXPERIMENT)
     if exp is None:
         return pd.DataFrame()

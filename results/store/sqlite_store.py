@@ -91,7 +91,8 @@ def _create(db: Path) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     db.parent.mkdir(parents=True, exist_ok=True)
-    for stale in db.parent.glob(f".{db.name}.*.tmp"):  # left by a creator that died; we hold the lock
+    # left by a creator that died (the file, and sqlite's -journal/-wal/-shm beside it); we hold the lock
+    for stale in db.parent.glob(f".{db.name}.*.tmp*"):
         stale.unlink(missing_ok=True)
     tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     try:
@@ -99,7 +100,8 @@ def _create(db: Path) -> None:
         store.engine.dispose()  # every connection closed before the file moves
         os.replace(tmp, db)
     finally:
-        tmp.unlink(missing_ok=True)
+        for leftover in (tmp, *(tmp.with_name(tmp.name + x) for x in ("-journal", "-wal", "-shm"))):
+            leftover.unlink(missing_ok=True)
 
 
 def set_aside(db: Path) -> list[Path]:

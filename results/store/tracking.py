@@ -59,3 +59,13 @@ def client(uri: str):
         sqlite_store.ensure(db)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
     return MlflowClient(tracking_uri=uri)
+
+
+def reader(uri: str):
+    """A client for reading, or None where a sqlite store does not exist: a reader (a portal page,
+    a summary) never creates a store, its folder or its lock file."""
+    from results.store import sqlite_store
+    db = sqlite_store.db_path(uri)
+    if db is not None and not db.is_file():
+        return None
+    return client(uri)
