@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("cmd", choices=["ingest", "summary", "reindex", "rebuild-store"])
     p.add_argument("--results", default=str(paths.results_root()),
                    help="results directory holding runs/ (default: HARNESS_RESULTS or ./results)")
-    p.add_argument("--sweep", default="demo")
+    p.add_argument("--sweep", default="demo", help="summary: a sweep id (NAME@STAMP) or a name (its newest run)")
     p.add_argument("--force", action="store_true", help="rebuild-store: rebuild a store that is not damaged too")
     args = p.parse_args(argv)
     root = Path(args.results)
@@ -55,10 +55,10 @@ def _ingest(root: Path, uri: str) -> int:
     for k, v in ingest_all(root / SUBDIR, uri).items():
         res[k] += v
     print(f"{uri}: {len(res['added'])} added, {len(res['present'])} already present, "
-          f"{len(res['in progress'])} still running, {len(res['broken'])} unreadable, "
+          f"{len(res['in progress'])} still running, {len(res['broken'])} malformed, "
           f"{len(res['failed'])} rejected by the store")
     for b in res["broken"]:
-        print(f"  unreadable record {b}", file=sys.stderr)
+        print(f"  skipped: malformed record {b}", file=sys.stderr)
     for b in res["failed"]:
         print(f"  record not ingested: {b}", file=sys.stderr)
     return 1 if res["failed"] else 0

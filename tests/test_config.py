@@ -68,7 +68,7 @@ def test_parse_assignment_errors(text, fragment):
 @pytest.mark.parametrize("args, fragment", [
     (["run", "resnet"], "unknown workload 'resnet'; valid workloads: cosmoflow, deepcam, lm"),
     (["run", "cosmoflow", "--size", "xl"], "unknown size 'xl' for cosmoflow; valid sizes: tiny, small, full"),
-    (["run", "cosmoflow", "--set", "toggles.nhwc=true"], "unknown key 'toggles.nhwc' in --set; valid keys:"),
+    (["run", "cosmoflow", "--set", "toggles.nhwc=true"], "unknown key 'toggles.nhwc' in --set; did you mean toggles.amp"),
     (["run", "cosmoflow", "--set", "steps"], "malformed --set 'steps': expected KEY=VALUE"),
     (["run", "cosmoflow", "--set", "toggles.compile=3"], "toggles.compile expects a bool (true/false); got '3'"),
     (["run", "cosmoflow", "--set", "toggles.amp=fp64"], "toggles.amp must be one of off, bf16, fp16; got 'fp64'"),

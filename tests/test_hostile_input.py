@@ -123,7 +123,8 @@ def test_no_arguments_list_the_commands(capsys):
 
 def test_a_sweep_named_like_an_instance_is_not_resumed_for_another():
     """`x@y`'s runs are never taken for runs of sweep `x` (the old prefix match did)."""
-    from harness.experiments import sweep
-    mine, other = sweep.instance_id("x"), sweep.instance_id("x") .replace("x@", "x@y@", 1)
-    assert sweep._is_instance(mine, "x") and not sweep._is_instance(other, "x")
-    assert not sweep._is_instance("x@y", "x") and not sweep._is_instance("xy@20260101T000000-1ab", "x")
+    from results.record import sweep_ids
+    mine, other = sweep_ids.new_id("x"), sweep_ids.new_id("x@y")
+    assert sweep_ids.name_of(mine) == "x" and sweep_ids.name_of(other) == "x@y"
+    assert sweep_ids.latest([other, "x@y", "xy@20260101T000000-1ab"], "x") is None
+    assert sweep_ids.latest([other, mine], "x") == mine and sweep_ids.resolve([mine], mine) == mine

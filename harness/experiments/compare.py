@@ -22,7 +22,10 @@ MARK = {trends.REGRESSION: "REGRESSION", trends.IMPROVEMENT: "improvement",
 
 def main(base_ref: str, head_ref: str, root: Path) -> int:
     runs = root / "runs"
-    df = trends.labelled(report.records_frame(runs) if runs.is_dir() else pd.DataFrame())
+    frame = report.records_frame(runs) if runs.is_dir() else pd.DataFrame()
+    for line in report.skipped(frame):
+        print(line, file=sys.stderr)
+    df = trends.labelled(frame)
     if df.empty:
         raise UsageError(f"no finished runs under {runs}: run a sweep first (make demo)")
     try:

@@ -17,23 +17,20 @@ stops the sweep, and records are ingested at the end.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import secrets
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 
 from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief, read_yaml_mapping
+from results.record import sweep_ids
 from results.record import toggles as toggle_decl
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
 NAME_MAX = 100
 SWEEP_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_MAX - 1}}}")
-INSTANCE = re.compile(r"(.+)@(\d{8}T\d{6}-[0-9a-f]+)")  # instance_id's shape
 SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base", "parallel", "ranks"}
 DEFAULT_REPEATS = 5
 BIG_SWEEP = 200  # runs; past this the sweep says how long a road it starts on
@@ -245,24 +242,13 @@ def existing_records(runs_root: Path, sweep_id: str) -> dict[tuple[str, int], tu
     return out
 
 
-def instance_id(name: str) -> str:
-    """A new run of sweep `name`: NAME@UTC-STAMP-PIDHEX (sorts by time; unique across hosts)."""
-    return f"{name}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}{secrets.token_hex(2)}"
-
-
-def _is_instance(sweep_id: str, name: str) -> bool:
-    """Whether `sweep_id` is a run of sweep `name` exactly (not of a sweep named NAME@x)."""
-    return INSTANCE.fullmatch(sweep_id) is not None and INSTANCE.fullmatch(sweep_id).group(1) == name
-
-
 def latest_instance(runs_root: Path, name: str) -> str | None:
     from results.analysis.speedups import records_frame
 
     df = records_frame(runs_root)
     if df.empty or "sweep" not in df:
         return None
-    ids = sorted(i for i in df["sweep"].dropna().unique() if _is_instance(str(i), name))
-    return ids[-1] if ids else None
+    return sweep_ids.latest(df["sweep"].dropna().unique(), name)
 
 
 def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dry_run: bool = False,
@@ -298,7 +284,7 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
                 if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
     else:
         # UTC second, then pid and random bits: two sweeps started in one second never share an id
-        sweep_id = instance_id(sw.name)
+        sweep_id = sweep_ids.new_id(sw.name)
         cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site))
         todo = list(range(len(cells)))
     print(f"sweep {sweep_id}: {len(cells) // sw.repeats} configurations x {sw.repeats} repeats, "

@@ -35,7 +35,7 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
                "reason": rec["status"].get("reason", ""), "record_dir": str(d),
                "git_sha": rec["env"].get("git_sha"), "git_dirty": rec["env"].get("git_dirty"),
                "host": rec["env"].get("hostname"),
-               "started": pd.to_datetime(rec["status"]["started"], unit="s")}
+               "started": pd.to_datetime(rec["status"]["started"], unit="s", utc=True)}  # UTC, as load_runs
         row.update({f"toggles.{k}": str(v) for k, v in cfg["toggles"].items()})
         row.update({f"parallel.{k}": str(v) for k, v in cfg.get("parallel", {}).items()})
         row["ranks"] = cfg.get("ranks", 1)
@@ -43,6 +43,15 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     return df.sort_values("started", na_position="last").reset_index(drop=True) if "started" in df else df
+
+
+def skipped(df: pd.DataFrame) -> list[str]:
+    """One 'skipped: <folder>: <what is wrong>' line per malformed record of a records frame:
+    every walk over the records says what it left out, and goes on with the rest."""
+    if df.empty or "status" not in df:
+        return []
+    bad = df[df["status"] == "broken"]
+    return [f"skipped: {d}: {r.split(': ', 1)[-1]}" for d, r in zip(bad["record_dir"], bad["reason"])]
 
 
 def toggle_sets(df: pd.DataFrame) -> pd.Series:
@@ -316,7 +325,15 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
     from rich.console import Console
     from rich.table import Table
 
+    import sys
+
+    from results.record import sweep_ids
+
     df = records_frame(runs_root)
+    for line in skipped(df):
+        print(line, file=sys.stderr)
+    if not df.empty and "sweep" in df:
+        sweep = sweep_ids.resolve(df["sweep"].dropna().unique(), sweep) or sweep  # a name: its newest run
     df = df[df.get("sweep", pd.Series(dtype=str)) == sweep] if not df.empty else df
     table = speedup_table(df)
     t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI; "

@@ -27,7 +27,7 @@ import pandas as pd
 from scipy.stats import mannwhitneyu
 
 from results.analysis import speedups as report
-from results.record import schema
+from results.record import schema, sweep_ids
 from results.stats import estimators as stats
 from results.store.frames import step_samples
 
@@ -46,7 +46,8 @@ def labelled(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     if "config" not in out:
         out["config"] = report.label_configs(out)
-    out["sweep_name"] = out["sweep"].fillna("").astype(str).str.split("@").str[0]
+    ids = out["sweep"].fillna("").astype(str)
+    out["sweep_name"] = [sweep_ids.name_of(i) or i for i in ids]
     return out[out["status"] == schema.FINISHED]
 
 

@@ -25,7 +25,7 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0,
               "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n}
 MODES = ("oop", "ip")  # out-of-place, in-place (nccl-tests prints both)
-KIND = "comm"          # MLflow tag kind of a collectives record ("run" for training runs)
+KIND = schema.COMM_KIND  # MLflow tag kind of a collectives record ("run" for training runs)
 SUBDIR = "comm"        # records live in results/comm/<run_id>/, apart from training runs
 SIZE_FIGURES = ("time_us_", "algbw_gb_per_s_", "busbw_gb_per_s_", "p50_us_", "p95_us_")  # per mode, per size
 

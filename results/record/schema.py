@@ -48,12 +48,59 @@ RENAMED = {"peak_flops_measured": "peak_flop_per_s_measured", "peak_flops_vendor
 RENAMED_FROM = {new: old for old, new in RENAMED.items()}
 
 
+# The shape every reader relies on, checked once here (the one reader of records): a record
+# whose JSON parses but has the wrong shape is a RecordError naming the folder and the problem,
+# never a KeyError or TypeError in whoever walks the records next.
+RUN_CONFIG_KEYS = {"run_id": str, "variant": str, "workload": str, "size": str, "device": str}
+COMM_KIND = "comm"  # results/record/comm.py's KIND: a collectives record has no variant/workload
+
+
+def _number(v: Any) -> bool:
+    import math
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _shape_problem(name: str, config: Any, env: Any, status: Any, summary: Any) -> str:
+    """What is wrong with a record's parsed files, or "" when each has the shape readers expect."""
+    for fname, obj in ((CONFIG, config), (ENV, env), (STATUS, status), (SUMMARY, summary)):
+        if not isinstance(obj, dict):
+            return f"{fname} is {type(obj).__name__}, not an object"
+    required = {"run_id": str} if config.get("kind") == COMM_KIND else RUN_CONFIG_KEYS
+    for key, typ in required.items():
+        if not isinstance(config.get(key), typ) or not config.get(key):
+            return f"{CONFIG}: {key} is {'missing' if key not in config else repr(config[key])[:60]}"
+    if config["run_id"] != name:
+        return f"{CONFIG}: run_id {config['run_id'][:60]!r} is not the folder's name"
+    for key in ("toggles", "parallel"):
+        if key in config and not isinstance(config[key], dict):
+            return f"{CONFIG}: {key} is {type(config[key]).__name__}, not an object"
+    if "sweep" in config and not isinstance(config["sweep"], str):
+        return f"{CONFIG}: sweep is {type(config['sweep']).__name__}, not a string"
+    if "repeat" in config and not (isinstance(config["repeat"], int) and not isinstance(config["repeat"], bool)):
+        return f"{CONFIG}: repeat is {config['repeat']!r:.60}, not an integer"
+    if "ranks" in config and not (isinstance(config["ranks"], int) and not isinstance(config["ranks"], bool)):
+        return f"{CONFIG}: ranks is {config['ranks']!r:.60}, not an integer"
+    if status.get("status") not in (RUNNING, *FINAL_STATUSES):
+        return f"{STATUS}: status {status.get('status')!r:.60} is not one of {', '.join((RUNNING, *FINAL_STATUSES))}"
+    for key in ("started", "ended"):
+        if (key == "started" or key in status) and not _number(status.get(key)):
+            return f"{STATUS}: {key} is {'missing' if key not in status else repr(status[key])[:60]}, not a time in seconds"
+    if not isinstance(status.get("reason", ""), str):
+        return f"{STATUS}: reason is {type(status['reason']).__name__}, not a string"
+    return ""
+
+
 def read_record(run_dir: Path, *, with_metrics: bool = False) -> dict[str, Any]:
-    """The record as one dict: config, env, status, summary (empty until finished), metrics."""
+    """The record as one dict: config, env, status, summary (empty until finished), metrics.
+    Raises RecordError (folder: what is wrong) for a missing or unreadable file, or one whose
+    shape is not a record's."""
     run_dir = Path(run_dir)
     rec = {"dir": str(run_dir), "config": _json(run_dir / CONFIG), "env": _json(run_dir / ENV),
            "status": _json(run_dir / STATUS)}
     summary = _json(run_dir / SUMMARY) if (run_dir / SUMMARY).exists() else {}
+    problem = _shape_problem(run_dir.name, rec["config"], rec["env"], rec["status"], summary)
+    if problem:
+        raise RecordError(f"{run_dir.name}: {problem}")
     rec["summary"] = {RENAMED.get(k, k): v for k, v in summary.items()}
     if isinstance(summary.get("staging"), dict) and "read_GBps" in summary["staging"]:
         st = dict(summary["staging"])
@@ -79,17 +126,33 @@ def scan_records(runs_root: Path, pattern: str = "*"):
             yield d, None, str(e)
 
 
+# what each kind of metrics row must carry as numbers (loss may be NaN: a diverged run is a result)
+METRIC_FIELDS = {"step": ("step", "step_s"), "eval": ("step", "quality"), "size": ("bytes",)}
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl lines; a torn last line (killed mid-write) is ignored."""
+    """metrics.jsonl lines that are JSON objects; a torn last line (killed mid-write) or any other
+    line that is not one (bytes that are not text, a bare value) is left out."""
     out = []
     path = Path(run_dir) / METRICS
     if not path.exists():
         return out
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(row, dict):
+            out.append(row)
+    for i, row in enumerate(out):
+        need = METRIC_FIELDS.get(row.get("kind"))
+        if need is None:
+            raise RecordError(f"{Path(run_dir).name}: {METRICS}: row {i + 1} has kind {str(row.get('kind'))[:40]!r}, "
+                              f"not one of {', '.join(METRIC_FIELDS)}")
+        bad = [k for k in need if not _number(row.get(k))]
+        if bad:
+            raise RecordError(f"{Path(run_dir).name}: {METRICS}: row {i + 1} ({row['kind']}) has no number for "
+                              f"{', '.join(bad)}")
     return out
 
 

@@ -283,7 +283,8 @@ def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, 
             metrics += [Metric(k, float(v), ts, int(row["bytes"])) for k, v in row.items()
                         if k.startswith(comm_record.SIZE_FIGURES) and isinstance(v, (int, float))]
         elif row["kind"] == "step":
-            metrics.append(Metric("loss", row["loss"], ts, row["step"]))
+            if isinstance(row.get("loss"), (int, float)):  # a pipeline's non-loss stage has none
+                metrics.append(Metric("loss", row["loss"], ts, row["step"]))
             metrics.append(Metric("step_time_ms", 1000 * row["step_s"], ts, row["step"]))
         else:
             metrics.append(Metric("eval_quality", row["quality"], ts, row["step"]))
@@ -335,7 +336,8 @@ def known_runs(tracking_uri: str) -> Known | None:
 
 
 def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, list[str]]:
-    """Ingest every record under runs_root. An unreadable record ("broken") or one the store
+    """Ingest every record under runs_root. A malformed record ("broken": unreadable, or not a
+    record's shape, results/record/schema.read_record) or one the store
     rejects ("failed", one line each) stays out alone while the rest go in; a store that stays
     unreachable (Transient) or is damaged (StoreDamaged) stops the whole ingest."""
     db = sqlite_store.db_path(tracking_uri)
