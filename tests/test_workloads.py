@@ -14,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.run import data
+from tests.conftest import REPO
 from harness.config import registry
 from harness.run import runner
 from harness.measure.op_counts import grouped_conv_backward_flop
@@ -154,3 +155,28 @@ def test_golden_first_losses(name, tmp_path, data_root, monkeypatch):
     golden = json.loads(path.read_text())["losses"]
     # first three steps (later ones amplify float reordering; see harness/run/gate.py)
     assert losses[:3] == pytest.approx(golden[:3], rel=1e-4)
+
+
+def test_every_workload_has_every_required_member_and_capabilities_are_asked_not_named():
+    """The protocol's members (workloads/base.py) exist on every workload; optional capabilities
+    are found through registry.capability, and generic code asks it (no workload names there)."""
+    import inspect
+
+    from harness.config import registry
+    from workloads.base import CAPABILITIES, Workload
+    required = ({n for n in Workload.__annotations__} |
+                {n for n, v in vars(Workload).items() if inspect.isfunction(v)}) - set(CAPABILITIES)
+    assert {"mlperf_benchmark", "mlperf_quality_key", "mlperf_rules", "mlperf_required_runs", "build_model"} <= required
+    for name in registry.names():
+        wl = registry.get(name)
+        assert not [m for m in required if not hasattr(wl, m)], name
+    assert registry.supporting("pipeline_check") == ["lm"] and registry.supporting("planner_shape") == ["lm"]
+    assert registry.capability(registry.get("cosmoflow"), "moe_layers") is None
+    with pytest.raises(KeyError):
+        registry.capability(registry.get("lm"), "not_a_capability")
+    import re
+    generic = [p for d in ("config", "measure", "parallel", "run", "comm", "planning", "experiments", "launch")
+               for p in (REPO / "harness" / d).glob("*.py")] + list((REPO / "results").rglob("*.py"))
+    named = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in generic for m in
+             re.finditer(r"""(==|!=|\bin\b|\()\s*\(?["'](lm|cosmoflow|deepcam)["']""", p.read_text())]
+    assert named == [], named

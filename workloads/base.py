@@ -46,6 +46,27 @@ class ReadSet:
     sample_bytes: int = 0
 
 
+# Optional capabilities: methods a workload defines only where it can. Generic code never tests a
+# workload's name: it asks harness.config.registry.capability(wl, NAME) (the method, or None) and
+# refuses a layout that needs a missing one with one line naming the workloads that have it.
+CAPABILITIES = {
+    "tensor_parallel_plan": "(model, tp, sp) -> {module path: ParallelStyle}: its Megatron column/row splits",
+    "tensor_parallel_check": "(size, tp, sp) -> why this size cannot be split tp ways, or None",
+    "tensor_parallel_volume": "(size, batch, tp, sp, act_bytes) -> analytic bytes per collective per step",
+    "expert_parallel_check": "(size, ep) -> why this size's experts cannot be spread over ep ranks, or None",
+    "moe_layers": "(model) -> its Mixture-of-Experts layers, in order",
+    "pipeline_check": "(size, stages, split | None) -> why the model cannot be cut so, or None",
+    "pipeline_split": "(size, stages) -> blocks per stage when no split is given",
+    "pipeline_stages": "(model, split, owned) -> this rank's stage modules",
+    "pipeline_tied": "(stage) -> parameters tied to another stage's",
+    "pipeline_activation_shape": "(size, batch) -> the activation a stage sends",
+    "planner_shape": "(size) -> {n_layer, d_model, n_head, kv_heads, ffn, vocab, seq_len}: the planner's "
+                     "transformer-layer model of this size",
+    "profile_layers": "(model, size) -> {kind: (module, input maker)} for embedding, block and head, plus "
+                      "tied_params, boundary_bytes_per_sample, n_blocks and a target maker: `harness profile`",
+}
+
+
 class Workload(Protocol):
     name: str
     sizes: Mapping[str, Size]
@@ -57,6 +78,10 @@ class Workload(Protocol):
     data_version: int              # bumped when the generator changes: datasets are cached by it
     reference: Reference           # reference facts the tests pin (parameter count, ttt step cap)
     threaded_loader: bool          # torch_loader(..., threads=N) reads a batch with N threads
+    mlperf_benchmark: str          # MLLOG submission_benchmark (the compliance checker's benchmark name)
+    mlperf_quality_key: str        # MLLOG key of the eval quality event (e.g. eval_accuracy, eval_error)
+    mlperf_rules: str              # "hpc" (the checker's HPC 3.0.0 ruleset), a rules file in harness/rules/, or "" (none)
+    mlperf_required_runs: int      # time-to-train runs a scored result needs (HPC 3.0: cosmoflow 10, deepcam 5)
 
     def build_model(self, size: Size) -> "nn.Module": ...
 

@@ -50,3 +50,17 @@ def get(name: str) -> "Workload":
         return importlib.import_module(_MODULES[name]).WORKLOAD
     except (ImportError, AttributeError) as e:
         raise UsageError(f"workload {name!r}: cannot load {_MODULES[name]}.WORKLOAD ({e})") from None
+
+
+def capability(wl: "Workload", name: str):
+    """The workload's optional capability `name` (workloads/base.py CAPABILITIES): its method, or
+    None where the workload has none. The one place that looks a hook up by name."""
+    from workloads.base import CAPABILITIES
+    if name not in CAPABILITIES:
+        raise KeyError(f"{name!r} is not a workload capability; known: {', '.join(CAPABILITIES)}")
+    return getattr(wl, name, None)
+
+
+def supporting(name: str) -> list[str]:
+    """The registered workloads that have capability `name`."""
+    return [n for n in names() if capability(get(n), name) is not None]

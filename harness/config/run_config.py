@@ -140,8 +140,8 @@ class RunConfig:
                              f"got {brief(self.seed)}")
         if not 0 <= self.data_seed <= SEED_MAX:
             raise UsageError(f"data_seed must be in 0..{SEED_MAX} (numpy's seeds are 32-bit); got {brief(self.data_seed)}")
-        if self.parallel.tp > 1 and getattr(wl, "tensor_parallel_plan", None) is None:
-            with_plan = [n for n in registry.names() if getattr(registry.get(n), "tensor_parallel_plan", None)]
+        if self.parallel.tp > 1 and registry.capability(wl, "tensor_parallel_plan") is None:
+            with_plan = registry.supporting("tensor_parallel_plan")
             raise UsageError(f"parallel.tp={self.parallel.tp}: {self.workload} has no tensor-parallel plan; "
                              f"workloads with one: {', '.join(with_plan) or 'none yet'}")
         if self.parallel.tp > 1:
@@ -158,7 +158,7 @@ class RunConfig:
         if self.parallel.pp > 1:
             _check_pipeline(wl, self, registry)
         if self.parallel.ep > 1:
-            check = getattr(wl, "expert_parallel_check", None)
+            check = registry.capability(wl, "expert_parallel_check")
             problem = (check(wl.sizes[self.size], self.parallel.ep) if check else
                        f"parallel.ep={self.parallel.ep}: {self.workload} has no experts (lm's moe sizes have)")
             if problem:
@@ -223,8 +223,8 @@ class RunConfig:
 # -- helpers -------------------------------------------------------------------------------------
 def _check_pipeline(wl, cfg: "RunConfig", registry) -> None:
     """parallel.pp > 1: the workload can be cut into stages, and the split fits its blocks."""
-    if getattr(wl, "pipeline_check", None) is None:
-        with_split = [n for n in registry.names() if getattr(registry.get(n), "pipeline_check", None)]
+    if registry.capability(wl, "pipeline_check") is None:
+        with_split = registry.supporting("pipeline_check")
         raise UsageError(f"parallel.pp={cfg.parallel.pp}: {cfg.workload} has no pipeline split; "
                          f"workloads with one: {', '.join(with_split) or 'none yet'}")
     problem = wl.pipeline_check(wl.sizes[cfg.size], cfg.parallel.stages,

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.config import registry
 from harness.config.run_config import RunConfig, UsageError
 from results.stats import scoring
 from results.record.paths import results_root
@@ -69,7 +70,7 @@ def ttt(workload: str, size: str, runs: int, sets: list[str], device: str) -> in
     cells = [{"label": "ttt", "config": c.to_dict(), "variant": c.variant_hash(), "baseline_variant": ""} for c in cfgs]
     print(f"time-to-train campaign {sweep_id}: {runs} runs, seeds {base.seed}..{base.seed + runs - 1}")
     LocalBackend().run_cells(SweepPlan(sweep_id, cells, list(range(runs)), results_root(), python=sys.executable))
-    required = scoring.REQUIRED_RUNS.get(workload, scoring.DEFAULT_REQUIRED)
+    required = registry.get(workload).mlperf_required_runs
     rows, times, staging, env = [], [], [], {}
     for d, rec, _ in schema.scan_records(results_root() / "runs", f"{workload}-{size}-*"):
         if rec is None or rec["config"].get("sweep") != sweep_id:

@@ -13,19 +13,28 @@ import tempfile
 from pathlib import Path
 
 RULES_DIR = Path(__file__).resolve().parents[1] / "rules"  # harness/rules
-HPC_WORKLOADS = ("cosmoflow", "deepcam")
+HPC = "hpc"  # a workload's mlperf_rules for the checker's own HPC 3.0.0 ruleset
+
+
+def rules_of(workload: str) -> str:
+    """The workload's rules (workloads/base.py mlperf_rules): "hpc", a rules file name, or ""."""
+    from harness.config import registry
+    return registry.get(workload).mlperf_rules
 
 
 def checker_command(log: Path, workload: str, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "hpc", "--ruleset", "3.0.0",
            "--log_output", str(out)]
-    if workload not in HPC_WORKLOADS:
-        cmd += ["--config", str(RULES_DIR / f"{workload}_open.yaml")]
+    rules = rules_of(workload)
+    if rules != HPC:
+        cmd += ["--config", str(RULES_DIR / rules)]
     return [*cmd, str(log)]
 
 
 def check(log: Path, workload: str) -> tuple[bool, str]:
     """(passed, the checker's own words: its warnings and errors, or its verdict)."""
+    if not rules_of(workload):
+        return False, f"{workload} declares no MLPerf rules (mlperf_rules is empty): nothing to check against"
     with tempfile.TemporaryDirectory() as tmp:
         # in a scratch directory, so nothing the checker writes lands in the caller's folder
         p = subprocess.run(checker_command(Path(log).resolve(), workload, Path(tmp) / "checker.log"), cwd=tmp,

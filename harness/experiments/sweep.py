@@ -266,8 +266,8 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     sw = load(path)
     if repeats:
         sw = dataclasses.replace(sw, repeats=repeats)
-    backend = schedulers.get(site.scheduler if site else "local", site)
-    if sw.ranks and backend.name != "local":
+    backend = schedulers.get(site.scheduler if site else schedulers.DEFAULT, site)
+    if sw.ranks and not backend.runs_here:
         raise UsageError(f"{path}: a sweep with its own `ranks` runs under the local scheduler (mpiexec) for "
                          f"now; under {backend.name} every cell runs at the site's ranks")
     results = Path(site.results_dir).expanduser() if site and site.results_dir else results_root()
@@ -278,24 +278,24 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
             raise UsageError(f"no earlier run of sweep {sw.name!r} under {runs_root} to rerun")
         cells_file = results / "sweeps" / safe(sweep_id) / "cells.json"
         cells = (json.loads(cells_file.read_text()) if cells_file.exists()  # else: a sweep from before cells.json
-                 else plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site)))
+                 else plan_cells(dataclasses.replace(sw, name=sweep_id), _device(backend, site), _ranks(backend, site)))
         done = existing_records(runs_root, sweep_id)
         todo = [i for i, c in enumerate(cells)
                 if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
     else:
         # UTC second, then pid and random bits: two sweeps started in one second never share an id
         sweep_id = sweep_ids.new_id(sw.name)
-        cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(site), _ranks(site))
+        cells = plan_cells(dataclasses.replace(sw, name=sweep_id), _device(backend, site), _ranks(backend, site))
         todo = list(range(len(cells)))
     print(f"sweep {sweep_id}: {len(cells) // sw.repeats} configurations x {sw.repeats} repeats, "
           f"interleaved; {len(todo)} to run")
-    if len(todo) > BIG_SWEEP and backend.name == "local" and not dry_run:
+    if len(todo) > BIG_SWEEP and backend.runs_here and not dry_run:
         print(f"note: {len(todo)} runs on this machine one after another; --dry-run lists them, Ctrl-C stops "
               "the sweep (finished runs stay recorded and `--rerun-failed` resumes)", file=sys.stderr)
     python = site.python if site else sys.executable
     launch(backend, SweepPlan(sweep_id, cells, todo, results, rerun=rerun_failed, python=python),
            dry_run=dry_run, wait=wait)
-    if backend.name == "local" and not dry_run:
+    if backend.runs_here and not dry_run:
         print("Browse the results: make portal  (then open http://127.0.0.1:8501)")
         from results.analysis.speedups import stability_warning
         unstable = stability_warning(results / "runs", sweep_id)
@@ -304,13 +304,13 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
     return 0
 
 
-def _device(site) -> str:
-    """This machine's device for local cells; the site's (GPUs or not) for a cluster's."""
-    if site is None or site.scheduler == "local":
+def _device(backend, site) -> str:
+    """This machine's device for cells that run here; the site's (GPUs or not) for a cluster's."""
+    if backend.runs_here:
         from harness.parallel.dist import default_device
         return default_device()
     return "cuda" if site.gpus_per_node else "cpu"
 
 
-def _ranks(site) -> int:
-    return site.ranks if site is not None and site.scheduler != "local" else 1
+def _ranks(backend, site) -> int:
+    return 1 if backend.runs_here else site.ranks

@@ -94,6 +94,13 @@ class SubmitError(UsageError):
 
 class Backend(Protocol):
     name: str
+    runs_here: bool
+    """True when submit runs every cell on this machine, one after another (it prints its own
+    progress, uses this machine's device and lets a sweep choose its own rank counts); False
+    for a batch scheduler, whose jobs run elsewhere at the site's ranks. Generic code asks this,
+    never a scheduler's name."""
+    site_requires: tuple[str, ...]
+    """Site-file keys this scheduler cannot do without (Slurm: its partition)."""
 
     def check(self) -> None:
         """Can the scheduler take jobs (its commands found, the partition there)? Called before
@@ -152,7 +159,7 @@ def launch(backend: Backend, plan: SweepPlan, dry_run: bool = False, wait: bool 
     ingest = jobs[-1].name
     (plan.dir / JOBS).write_text(json.dumps({"scheduler": backend.name, "arrays": [ids[j.name] for j in jobs[:-1]],
                                              "ingest": ids[ingest]}))
-    if backend.name != "local":  # the local backend ran everything inside submit, with its own output
+    if not backend.runs_here:  # a backend that runs here ran everything inside submit, with its own output
         print(f"sweep {plan.sweep_id}: {len(plan.todo)} cells as job(s) {', '.join(ids[j.name] for j in jobs[:-1])}; "
               f"ingest + summary job {ids[ingest]} (output under {plan.logs})")
     if wait:

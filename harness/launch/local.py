@@ -33,6 +33,8 @@ _RESULT = re.compile(r"^(\w+): (\S+) \((.+?)\)")  # the last line `harness cell`
 
 class LocalBackend:
     name = "local"
+    runs_here = True
+    site_requires: tuple[str, ...] = ()
 
     def __init__(self, site=None):
         self.site = site

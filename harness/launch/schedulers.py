@@ -7,6 +7,8 @@ from harness.launch.local import LocalBackend
 from harness.launch.slurm import SlurmBackend
 
 SCHEDULERS = {"local": LocalBackend, "slurm": SlurmBackend}  # name -> factory(site) -> Backend
+DEFAULT = "local"     # no site file: this machine
+SITE_DEFAULT = "slurm"  # a site file that names no scheduler
 
 
 def get(name: str, site) -> Backend:

@@ -161,6 +161,8 @@ class SlurmBackend:
     """
 
     name = "slurm"
+    runs_here = False
+    site_requires = ("partition",)
 
     def __init__(self, site: Site):
         if not site.partition:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.config import registry
+
 
 def apply_expert_parallel(ts) -> None:
     """Builder step (before data_parallel): shard each MoE layer's experts over the ep group."""
@@ -56,7 +58,8 @@ def expert_all_reduce_bytes(ts) -> int:
 def _layers(workload, model) -> list:
     """The model's MoE layers, found once per model (read every step: no module walk there)."""
     if "_harness_moe_layers" not in model.__dict__:
-        model.__dict__["_harness_moe_layers"] = getattr(workload, "moe_layers", lambda m: [])(model)
+        find = registry.capability(workload, "moe_layers")
+        model.__dict__["_harness_moe_layers"] = find(model) if find else []
     return model.__dict__["_harness_moe_layers"]
 
 

@@ -27,12 +27,17 @@ def _shape(workload: str, size: str) -> layer_costs.Shape:
     if size in layer_costs.SHAPES:
         return layer_costs.SHAPES[size]
     from harness.config import registry
-    sizes = registry.get(workload).sizes
-    if size not in sizes:
-        raise UsageError(f"unknown size {size!r} for {workload}; valid: {', '.join(sizes)}, or a what-if shape: "
+    wl = registry.get(workload)
+    shape_of = registry.capability(wl, "planner_shape")
+    if shape_of is None:  # the planner models transformer layers; a CNN has none to split
+        raise UsageError(f"{workload} has no layer model for the planner; workloads with one: "
+                         f"{', '.join(registry.supporting('planner_shape')) or 'none yet'}")
+    if size not in wl.sizes:
+        raise UsageError(f"unknown size {size!r} for {workload}; valid: {', '.join(wl.sizes)}, or a what-if shape: "
                          f"{', '.join(layer_costs.SHAPES)}")
-    s = sizes[size]  # GELU MLP of width 4h: 8h^2 parameters, as a SwiGLU of width 8h/3
-    return layer_costs.Shape(size, s.n_layer, s.d_model, s.n_head, s.n_head, 8 * s.d_model // 3, s.vocab, s.seq_len)
+    s = shape_of(wl.sizes[size])
+    return layer_costs.Shape(size, s["n_layer"], s["d_model"], s["n_head"], s["kv_heads"], s["ffn"], s["vocab"],
+                             s["seq_len"])
 
 
 def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, layer_costs.Costs]:

@@ -38,9 +38,8 @@ from harness.measure.timing import now
 from results.record import schema
 
 SUBDIR = "profiles"
-KIND = "profile"
+KIND = schema.PROFILE_KIND  # config.json kind of a layer profile record
 STATE_BYTES_PER_PARAM = 16  # fp32 weights + gradients + AdamW exp_avg and exp_avg_sq
-PROFILED = ("lm",)          # workloads whose layers the pipeline splits (the planner's scope)
 
 
 def _saved_bytes(fn) -> tuple[object, int]:
@@ -104,32 +103,31 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     once, `barrier` between measurements and each one cell_s long at least, so each device is
     measured while the others load the machine as the training job will (alone, a rank held to
     0.5 CPU measured 25% faster per block than it ran inside a 2-rank pipeline)."""
-    from workloads.lm.pipeline_split import Stage
     wl = registry.get(workload)
+    layer_model = registry.capability(wl, "profile_layers")
+    if layer_model is None:
+        raise UsageError(f"{workload} has no per-layer model for the planner; workloads with one: "
+                         f"{', '.join(registry.supporting('profile_layers')) or 'none yet'}")
     size = wl.sizes[size_name]
     torch.manual_seed(0)
     model = wl.build_model(size)
-    n = size.n_layer
-    kinds = {"embedding": Stage(model, range(0, 0), first=True, last=False),
-             "block": Stage(model, range(0, 1), first=False, last=False),
-             "head": Stage(model, range(n, n), first=False, last=True)}
+    lm = layer_model(model, size)
+    kinds = {k: module for k, (module, _) in lm["layers"].items()}
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in kinds.items()}
-    params["head"] -= model.lm_head.weight.numel()  # tied to the embedding: counted once, there
+    params["head"] -= lm["tied_params"]  # tied to the embedding: counted once, there
     layers: dict[str, list[dict]] = {k: [] for k in kinds}
     for mb in microbatches:
-        tokens = lambda: torch.randint(0, size.vocab, (mb, size.seq_len))  # noqa: E731
-        stream = lambda: torch.randn(mb, size.seq_len, size.d_model, requires_grad=True)  # noqa: E731
-        y = torch.randint(0, size.vocab, (mb, size.seq_len))
-        for kind, module in kinds.items():
+        y = lm["target"](mb)
+        for kind, (module, make) in lm["layers"].items():
             if barrier:
                 barrier()
-            row = _time_layer(module, tokens if kind == "embedding" else stream,
+            row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration
                               (lambda out: wl.loss(out, y)) if kind == "head" else None, repeats, cell_s)
             layers[kind].append({"microbatch": mb, **row})
-    return {"workload": workload, "size": size_name, "n_blocks": n, "seq_len": size.seq_len,
-            "d_model": size.d_model, "microbatches": microbatches, "repeats": repeats,
-            "params": params, "tied_params": model.lm_head.weight.numel(), "state_bytes_per_param": STATE_BYTES_PER_PARAM,
-            "boundary_bytes_per_sample": size.seq_len * size.d_model * 4,  # fp32 residual stream
+    return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
+            "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,
+            "params": params, "tied_params": lm["tied_params"], "state_bytes_per_param": STATE_BYTES_PER_PARAM,
+            "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
             "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats),
             "threads": torch.get_num_threads(), "layers": layers}
 
@@ -139,9 +137,9 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
     """Measure and record one profile; returns its folder. Under a launcher (mpiexec -n N)
     every rank profiles at once and writes its own record, held to its HARNESS_RANK_CPU share."""
     from harness.parallel import dist as dist_mod
-    if workload not in PROFILED:
-        raise UsageError(f"profile: workload {workload!r} has no pipeline layers to profile; profiled: "
-                       f"{', '.join(PROFILED)}")
+    if registry.capability(registry.get(workload), "profile_layers") is None:
+        raise UsageError(f"profile: workload {workload!r} has no per-layer model to profile; workloads with one: "
+                         f"{', '.join(registry.supporting('profile_layers')) or 'none yet'}")
     sizes = registry.get(workload).sizes
     if size_name not in sizes:
         raise UsageError(f"profile: unknown size {size_name!r} for {workload}; valid: {', '.join(sizes)}")

@@ -243,7 +243,8 @@ def ttt_table(df: pd.DataFrame) -> pd.DataFrame:
         ok = (g["status"] == schema.FINISHED) & (g.get("converged", pd.Series(0, index=g.index)) == 1)
         times = [t if good else None for t, good in zip(g["train_time_s"], ok)]
         wl = g["workload"].iloc[0]
-        sc = scoring.olympic(times, scoring.REQUIRED_RUNS.get(wl, scoring.DEFAULT_REQUIRED))
+        need = pd.to_numeric(g.get("mlperf_required_runs", pd.Series(dtype=float)), errors="coerce").dropna()
+        sc = scoring.olympic(times, int(need.iloc[0]) if len(need) else scoring.DEFAULT_REQUIRED)
         out.append({"campaign": sweep, "workload": wl, "size": g["size"].iloc[0], "device": g["device"].iloc[0],
                     "ranks": g.get("ranks", pd.Series([1])).iloc[0],
                     "score_min": None if sc.score_s is None else sc.score_s / 60,

@@ -53,6 +53,9 @@ RENAMED_FROM = {new: old for old, new in RENAMED.items()}
 # never a KeyError or TypeError in whoever walks the records next.
 RUN_CONFIG_KEYS = {"run_id": str, "variant": str, "workload": str, "size": str, "device": str}
 COMM_KIND = "comm"  # results/record/comm.py's KIND: a collectives record has no variant/workload
+PROFILE_KIND = "profile"  # harness/planning/profile.py's layer profiles
+CONFIG_KEYS = {"run": RUN_CONFIG_KEYS, COMM_KIND: {"run_id": str},
+               PROFILE_KIND: {"run_id": str, "workload": str, "size": str}}  # per config "kind" (none: run)
 
 
 def _number(v: Any) -> bool:
@@ -65,7 +68,10 @@ def _shape_problem(name: str, config: Any, env: Any, status: Any, summary: Any) 
     for fname, obj in ((CONFIG, config), (ENV, env), (STATUS, status), (SUMMARY, summary)):
         if not isinstance(obj, dict):
             return f"{fname} is {type(obj).__name__}, not an object"
-    required = {"run_id": str} if config.get("kind") == COMM_KIND else RUN_CONFIG_KEYS
+    kind = config.get("kind", "run")
+    if not isinstance(kind, str) or kind not in CONFIG_KEYS:
+        return f"{CONFIG}: kind {kind!r:.60} is not one of {', '.join(CONFIG_KEYS)}"
+    required = CONFIG_KEYS[kind]
     for key, typ in required.items():
         if not isinstance(config.get(key), typ) or not config.get(key):
             return f"{CONFIG}: {key} is {'missing' if key not in config else repr(config[key])[:60]}"
@@ -109,6 +115,14 @@ def read_record(run_dir: Path, *, with_metrics: bool = False) -> dict[str, Any]:
     if with_metrics:
         rec["metrics"] = read_metrics(run_dir)
     return rec
+
+
+def summary_figures(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary's figures: every top-level value that is a finite number (a bool as 0/1).
+    What reaches MLflow as a run's metrics is derived from this, so a new figure a run writes
+    needs no list kept in step elsewhere (nested blocks - staging, roofline, pipeline events -
+    stay in the record's files)."""
+    return {k: float(v) for k, v in summary.items() if isinstance(k, str) and (isinstance(v, bool) or _number(v))}
 
 
 def record_dirs(runs_root: Path, pattern: str = "*") -> list[Path]:

@@ -20,22 +20,12 @@ from results.record import comm as comm_record
 from results.store import locks
 from results.record import schema
 from results.store import sqlite_store
-from results.stats import stability
 from results.store import frames as store
 from results.store.tracking import COMPLETE_TAG, EXPERIMENT, store_budget_s
 from results.store.tracking import client as _client
 
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
 RETRIES, BACKOFF_S = 8, 0.5  # waits 0.5, 1, 2 ... 32 s between attempts (~64 s in all)
-# multi-rank accounting (per collective, per state part); pipeline bubble; the run on its roofline
-SUMMARY_PREFIXES = ("comm_", "mem_", "pp_", "roofline_")
-SUMMARY_METRICS = ("median_step_s", "mean_step_s", "p10_step_s", "p90_step_s", "iqr_step_s",
-                   "samples_per_s", "achieved_tflops", "data_wait_frac", "first_step_s", "warmup_s",
-                   "quality", "final_loss", "train_time_s", "steps_done", "steady_steps",
-                   "mfu_measured_pct", "mfu_vendor_pct", "time_frac_data_wait", "time_frac_compute_bound",
-                   "time_frac_memory_bound", "time_frac_optimizer", "time_frac_communication", "time_frac_other",
-                   "ops_per_step", "fused_kernels_per_step", "profiled_step_s", "converged",
-                   *stability.RUN_FIGURES)
 
 
 _EXPERIMENTS: dict[str, str] = {}   # tracking URI -> experiment id, per process
@@ -274,9 +264,8 @@ def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, 
 
     rid, st = run.info.run_id, rec["status"]
     start_ms = int(st["started"] * 1000)
-    # a collectives record's whole summary (bandwidths, latency, ceilings) is its figures
-    metrics = [Metric(k, float(v), start_ms, 0) for k, v in rec["summary"].items()
-               if (comm or k in SUMMARY_METRICS or k.startswith(SUMMARY_PREFIXES)) and isinstance(v, (int, float))]
+    # every figure of the summary (results/record/schema.summary_figures): no list to keep in step
+    metrics = [Metric(k, v, start_ms, 0) for k, v in schema.summary_figures(rec["summary"]).items()]
     for row in rec["metrics"]:
         ts = start_ms + int(1000 * row.get("t", 0))
         if row["kind"] == "size":  # per-size figures as histories whose step is the size in bytes

@@ -25,6 +25,8 @@ class CosmoFlow:
     data_format: str = "one .npy per sample: data-N.npy int16 (D, H, W, 4) counts + label-N.npy float32[4]; loaders apply log1p (on the device)"
     data_version: int = 2  # 2: tiny writes 1536 training samples (was 384)
     mlperf_quality_key: str = "eval_error"
+    mlperf_rules: str = "hpc"
+    mlperf_required_runs: int = 10  # HPC v3.0 (mlperf_logging benchmark_meta)
     reference: Reference = Reference(full_size="full", full_params=8_907_556, larger_size="small",
                                      ttt_step_cap=3000, ttt_eval_every=96)
     threaded_loader: bool = True  # its PyTorch loader fills a batch with the rank's threads

@@ -35,6 +35,8 @@ class DeepCAM:
     threaded_loader: bool = True  # its PyTorch loader fills a batch with the rank's threads
     data_version: int = 2  # 2: vortices of radius 2.5-3.5 px (were 1.5-2.5: below what a stride-16 encoder resolves)
     mlperf_quality_key: str = "eval_accuracy"
+    mlperf_rules: str = "hpc"
+    mlperf_required_runs: int = 5  # HPC v3.0 (mlperf_logging benchmark_meta)
 
     def quality_target(self, size: DeepCAMSize, root: Path) -> float:
         return size.quality_target

@@ -38,6 +38,8 @@ class LM:
     data_format: str = "uint16 token shards (shard-N.npy), 1024 windows of seq_len+1 tokens each; source.json gives the Markov source's entropy rate"
     data_version: int = 1
     mlperf_quality_key: str = "eval_accuracy"
+    mlperf_rules: str = "lm_open.yaml"  # no HPC ruleset: the project's own open rules, in the checker's language
+    mlperf_required_runs: int = 10      # the stricter HPC count
     # nanoGPT's GPT-2 small with bias, vocab 50304
     reference: Reference = Reference(full_size="gpt2", full_params=124_475_904, larger_size="small",
                                      ttt_step_cap=1500, ttt_eval_every=50)
@@ -160,6 +162,28 @@ class LM:
     def pipeline_activation_shape(self, size: LMSize, batch: int) -> tuple[int, ...]:
         from workloads.lm.pipeline_split import activation_shape
         return activation_shape(size, batch)
+
+    def planner_shape(self, size: LMSize) -> dict[str, int]:
+        """The planner's transformer-layer model of this size: a GELU MLP of width 4h has 8h^2
+        parameters, as a SwiGLU of width 8h/3 (the planner's layer formulas are SwiGLU's)."""
+        return {"n_layer": size.n_layer, "d_model": size.d_model, "n_head": size.n_head, "kv_heads": size.n_head,
+                "ffn": 8 * size.d_model // 3, "vocab": size.vocab, "seq_len": size.seq_len}
+
+    def profile_layers(self, model, size: LMSize) -> dict[str, Any]:
+        """What `harness profile` times per layer kind: the pipeline's own stage modules
+        (workloads/lm/pipeline_split.py), so a profile measures exactly what a stage runs."""
+        import torch
+
+        from workloads.lm.pipeline_split import Stage
+        n = size.n_layer
+        tokens = lambda mb: torch.randint(0, size.vocab, (mb, size.seq_len))  # noqa: E731
+        stream = lambda mb: torch.randn(mb, size.seq_len, size.d_model, requires_grad=True)  # noqa: E731
+        return {"layers": {"embedding": (Stage(model, range(0, 0), first=True, last=False), tokens),
+                           "block": (Stage(model, range(0, 1), first=False, last=False), stream),
+                           "head": (Stage(model, range(n, n), first=False, last=True), stream)},
+                "target": tokens, "n_blocks": n, "seq_len": size.seq_len, "d_model": size.d_model,
+                "tied_params": model.lm_head.weight.numel(),  # the head's weight is the embedding's
+                "boundary_bytes_per_sample": size.seq_len * size.d_model * 4}  # fp32 residual stream
 
     def fsdp_units(self, model):
         return list(model.h)  # the transformer blocks (torchtitan shards each block)

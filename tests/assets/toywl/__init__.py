@@ -44,6 +44,10 @@ class Toy:
     reference: Reference = Reference(full_size="small", full_params=FEATURES + 1, larger_size="small",
                                      ttt_step_cap=400, ttt_eval_every=32)
     threaded_loader: bool = False
+    mlperf_benchmark: str = "toy"
+    mlperf_quality_key: str = "eval_error"
+    mlperf_rules: str = ""  # no rules: its logs are not checked
+    mlperf_required_runs: int = 3
 
     def build_model(self, size):
         import torch
