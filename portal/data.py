@@ -185,3 +185,22 @@ def history(df: pd.DataFrame) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S)
 def weak_scaling(root: str) -> pd.DataFrame:
     return scaling.weak(Path(root))
+
+
+def run_record(run_dir: Path) -> dict:
+    """One run's record as Run detail shows it, through results' one reader: config, env and
+    summary (empty with `problem` set when the record is malformed), metrics as a frame, the
+    MLLOG events. A malformed record is named, never a traceback."""
+    import pandas as pd
+
+    from results.record import schema
+    out = {"config": {}, "env": {}, "summary": {}, "problem": "", "metrics": pd.DataFrame(), "events": []}
+    try:
+        rec = schema.read_record(run_dir, with_metrics=True)
+        out.update(config=rec["config"], env=rec["env"], summary=rec["summary"], metrics=pd.DataFrame(rec["metrics"]))
+    except schema.RecordError as e:
+        out["problem"] = str(e)
+    except OSError as e:
+        out["problem"] = f"{run_dir.name}: {e.strerror or e}"
+    out["events"] = schema.mllog_events(run_dir)
+    return out

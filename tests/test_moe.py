@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,12 +16,13 @@ from harness.config.run_config import RunConfig
 from harness.config.errors import UsageError
 from results.record import schema
 from tests.conftest import REPO, harness, run_dirs
+from harness.parallel.dist import mpiexec
 from workloads.lm import WORKLOAD as LM
 from workloads.lm import n_params_no_pos
 from workloads.lm.model import GPT
 from workloads.lm.moe import MoE
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 STEPS = ["--set", "steps=3", "--set", "warmup_steps=1", "--set", "profile_steps=0", "--no-ingest"]
 TINY = LM.sizes["moe-tiny"]
 

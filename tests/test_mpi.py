@@ -17,8 +17,9 @@ import pytest
 
 from conftest import REPO, harness, run_dirs, tiny_dataset
 from workloads.manifest import read_manifest
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 
 
 def mpiexec(env, n: int, *args: str, timeout: float = 300, extra: tuple[str, ...] = ()):

@@ -15,8 +15,9 @@ import pytest
 from results.analysis import speedups as report
 from results.record import schema
 from tests.conftest import REPO, harness, run_dirs, tiny_dataset
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 STEPS = ["--set", "steps=4", "--set", "warmup_steps=1", "--no-ingest"]
 
 

@@ -17,8 +17,9 @@ from harness.config.errors import UsageError
 from results.analysis import bubble as pipe
 from results.record import schema
 from tests.conftest import REPO, harness, run_dirs, tiny_dataset
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 STEPS = ["--set", "steps=3", "--set", "warmup_steps=1", "--set", "profile_steps=0", "--no-ingest"]
 
 

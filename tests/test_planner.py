@@ -15,6 +15,7 @@ from results.analysis import schedule as step_sim
 from results.planner.inventory import PlanError
 from results.planner.links import LinkModel
 from results.analysis.bubble import predicted_makespan, theory
+from harness.parallel.dist import mpiexec
 from tests.conftest import REPO, harness
 
 FREE = inventory.Links(measured=False, busbw_gb_per_s=1e9, latency_us=1e-9)  # links that cost ~nothing
@@ -243,7 +244,7 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
     held = rank_cpu.unavailable() is None
     if held:
         env[rank_cpu.ENV] = "1,0.5"
-    p = subprocess.run([str(Path(sys.executable).parent / "mpiexec"), "-n", "2", sys.executable, "-m", "harness",
+    p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "harness",
                         "profile", "lm", "--size", "tiny", "--microbatches", "1,2", "--repeats", "1", "--threads", "1",
                         "--cell-s", "0.2"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -18,8 +18,9 @@ import numpy as np
 from results.record import comm as comm_record
 from results.record import schema
 from results.record.paths import REPO_ROOT
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 
 
 def _round(env: dict, results: Path, ranks: int, max_bytes: str, iters: int) -> dict[tuple[str, str], dict]:

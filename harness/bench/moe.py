@@ -19,8 +19,9 @@ from harness.comm.bench import load_now
 from results.record import schema
 from results.stats import estimators as stats
 from results.record.paths import REPO_ROOT
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 
 
 def _run(env: dict, results: Path, ep: int, steps: int, batch: int) -> dict:

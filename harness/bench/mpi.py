@@ -25,8 +25,9 @@ from harness.config import registry
 from harness.config.run_config import RunConfig
 import numpy as np
 from results.record.paths import REPO_ROOT
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 
 
 def _dataset(workload: str, size: str) -> Path:

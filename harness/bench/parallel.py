@@ -21,8 +21,9 @@ import numpy as np
 from results.record import schema
 from results.stats import estimators as stats
 from results.record.paths import REPO_ROOT
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 STRATEGIES = {"zero1": ["parallel.data=zero1"], "fsdp": ["parallel.data=fsdp"], "tp2": ["parallel.tp=2"],
               "tp2+sp": ["parallel.tp=2", "parallel.sp=true"]}
 

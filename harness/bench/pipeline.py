@@ -29,8 +29,9 @@ from harness.comm.bench import load_now
 from results.analysis import bubble as pipe
 from results.record import schema
 from results.record.paths import REPO_ROOT
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 MB = 2  # sequences per microbatch
 
 

@@ -32,8 +32,9 @@ from harness.comm.bench import load_now
 from results.planner import report as plan_report
 from results.record import schema
 from results.record.paths import REPO_ROOT, results_root
+from harness.parallel.dist import mpiexec
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 SIZE = "small"
 FAST = 1.0
 STEPS, WARMUP = 5, 1

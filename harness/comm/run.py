@@ -184,7 +184,7 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool, constra
         except Exception as e:  # noqa: BLE001 - a dead peer, a timeout: the records say so
             failed += 1
             reason = f"{type(e).__name__}: {e}".splitlines()[0]
-            if "remote worker" in reason or "Connection closed" in reason:
+            if dist_mod.peer_lost(reason):
                 reason = f"another rank died or hung: {reason}"
             for rec in list(open_recs):
                 _close(rec, open_recs, schema.FAILED, reason)

@@ -27,17 +27,15 @@ TTT_STEP_CAP = 100_000  # ttt runs stop at the target; the cap only bounds a run
 
 
 def log_times(log: Path) -> dict:
-    """run_start/run_stop/staging times (ms) and the run_stop status, from an MLLOG file."""
-    from mlperf_logging.compliance_checker.mlp_parser import parse_file
-    if not log.exists():  # a run that logged nothing (unsupported) has no log
-        return {"run_start_ms": None, "run_stop_ms": None, "status": None}
-    lines, _errors = parse_file(str(log), ruleset="3.0.0")
-    t = {ll.key: ll for ll in lines}
-    out = {"run_start_ms": t["run_start"].timestamp if "run_start" in t else None,
-           "run_stop_ms": t["run_stop"].timestamp if "run_stop" in t else None,
-           "status": (t["run_stop"].value.get("metadata") or {}).get("status") if "run_stop" in t else None}
+    """run_start/run_stop/staging times (ms) and the run_stop status, from a run's MLLOG file
+    (results/record/schema.mllog_events: the checker's own parser; no log for an unsupported run)."""
+    from results.record import schema
+    t = {e["key"]: e for e in schema.mllog_events(Path(log).parent)} if Path(log).name == schema.MLPERF_LOG else {}
+    out = {"run_start_ms": t["run_start"]["time_ms"] if "run_start" in t else None,
+           "run_stop_ms": t["run_stop"]["time_ms"] if "run_stop" in t else None,
+           "status": t["run_stop"]["metadata"].get("status") if "run_stop" in t else None}
     if "staging_start" in t and "staging_stop" in t:
-        out["staging_s"] = (t["staging_stop"].timestamp - t["staging_start"].timestamp) / 1000
+        out["staging_s"] = (t["staging_stop"]["time_ms"] - t["staging_start"]["time_ms"]) / 1000
     return out
 
 

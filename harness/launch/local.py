@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from harness.launch.backend import Job, SweepPlan
+from harness.parallel.dist import mpiexec
 from results.record import schema
 from results.record.paths import results_root
 
@@ -144,12 +145,6 @@ class LocalBackend:
             why = str(e).splitlines()[0] if str(e) else type(e).__name__
             print(f"warning: could not ingest into {uri} ({why}); records kept, run `make ingest`", file=sys.stderr)
         print_sweep_summary(root / "runs", self._plan.sweep_id)
-
-
-def mpiexec() -> str:
-    """The mpiexec beside this interpreter (the mpich wheel's), else the one on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else "mpiexec"
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

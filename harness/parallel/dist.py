@@ -12,6 +12,9 @@ hangs is bounded by HARNESS_DIST_TIMEOUT seconds, so a run never waits forever.
 """
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import datetime
 import os
 import socket
@@ -193,3 +196,19 @@ def average_bn_stats(info: DistInfo, model) -> None:
             for buf in (m.running_mean, m.running_var):
                 td.all_reduce(buf)
                 buf.div_(info.world)
+
+
+def mpiexec() -> str:
+    """The mpiexec to launch ranks with, defined once: the one beside this interpreter (the mpich
+    wheel's, in the venv), else the one on PATH."""
+    import sys
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+PEER_LOST = ("remote worker", "Connection closed")  # gloo's words when a peer died or hung
+
+
+def peer_lost(reason: str) -> bool:
+    """Whether a collective's error says another rank is gone (not a fault of this rank's)."""
+    return any(m in reason for m in PEER_LOST)

@@ -100,7 +100,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             status, reason, bad_input = schema.FAILED, str(e), True
         except Exception as e:  # noqa: BLE001 - any crash still leaves a record
             status, reason = schema.FAILED, f"{type(e).__name__}: {e}".splitlines()[0]
-            if dist.world > 1 and "remote worker" in reason:  # gloo's words for a dead or hung peer
+            if dist.world > 1 and dist_mod.peer_lost(reason):
                 reason = f"another rank died or hung: {reason}"
             if not (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)):  # a full disk is no bug
                 traceback.print_exc(file=sys.stderr)

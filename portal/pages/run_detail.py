@@ -1,7 +1,6 @@
 """Run detail: curves, step-time distribution, MLLOG timeline, environment, artifacts."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +8,6 @@ import plotly.express as px
 import streamlit as st
 
 from portal import charts, data
-from results.record import schema
 
 st.title("Run detail")
 df = data.load_or_stop()
@@ -38,13 +36,12 @@ run_dir = Path(str(row.get("record_dir", "")))
 if not run_dir.is_dir():
     st.warning(f"The record folder of this run ({run_dir}) is not readable from here; only store data is shown.")
     st.stop()
-try:
-    metrics = pd.DataFrame(schema.read_metrics(run_dir))
-except OSError:
-    metrics = pd.DataFrame()
+record = data.run_record(run_dir)
+if record["problem"]:
+    st.warning(f"This record is malformed ({record['problem']}): only what could be read is shown.")
+metrics, summary, events = record["metrics"], record["summary"], record["events"]
 steps = metrics[metrics["kind"] == "step"] if not metrics.empty else pd.DataFrame()
 evals = metrics[metrics["kind"] == "eval"] if not metrics.empty else pd.DataFrame()
-summary = json.loads((run_dir / schema.SUMMARY).read_text()) if (run_dir / schema.SUMMARY).exists() else {}
 if steps.empty:
     st.info(f"No training steps recorded ({row['status']}): the record's reason, environment and files follow.")
 else:
@@ -57,19 +54,15 @@ if not steps.empty:
     hist = steps.assign(step_ms=1000 * steps["step_s"])
     st.plotly_chart(px.histogram(hist, x="step_ms", color="phase", nbins=40, barmode="overlay",
                                  title="step time distribution (ms; warm-up marked)"), width="stretch")
-log = run_dir / schema.MLPERF_LOG
-events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()
-          if ":::MLLOG " in line] if log.exists() else []
 if events:
     st.plotly_chart(charts.mllog_timeline(pd.DataFrame(events)), width="stretch")
 with st.expander("configuration and toggles", expanded=True):
-    cfg = json.loads((run_dir / schema.CONFIG).read_text()) if (run_dir / schema.CONFIG).exists() else {}
+    cfg = record["config"]
     st.json({k: v for k, v in cfg.items() if k in ("workload", "size", "mode", "device", "toggles", "parallel",
                                                     "steps", "warmup_steps", "batch_size", "seed", "sweep",
                                                     "repeat")})
 with st.expander("environment"):
-    env = json.loads((run_dir / schema.ENV).read_text()) if (run_dir / schema.ENV).exists() else {}
-    st.json(env)
+    st.json(record["env"])
 with st.expander("artifacts", expanded=True):
     files = [p for p in sorted(run_dir.iterdir()) if p.is_file()]
     st.dataframe(pd.DataFrame([{"file": p.name, "bytes": p.stat().st_size} for p in files]), hide_index=True)

@@ -125,6 +125,27 @@ def summary_figures(summary: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in summary.items() if isinstance(k, str) and (isinstance(v, bool) or _number(v))}
 
 
+def mllog_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's MLLOG events ({time_ms, key, value, metadata, event_type}), read with the MLPerf
+    checker's own parser (mlperf_logging's mlp_parser, HPC 3.0.0); lines it cannot parse are
+    left out, as the checker leaves them. [] when the run wrote no log."""
+    log = Path(run_dir) / MLPERF_LOG
+    if not log.is_file():
+        return []
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+    lines, _errors = parse_file(str(log), ruleset="3.0.0")
+    out = []
+    for ll in lines:
+        try:  # the parser keeps the line whole; its event type is only there
+            raw = json.loads(ll.full_string.split(":::MLLOG ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if isinstance(raw, dict):
+            out.append({"time_ms": ll.timestamp, "key": ll.key, "value": ll.value.get("value"),
+                        "metadata": ll.value.get("metadata") or {}, "event_type": raw.get("event_type", "")})
+    return out
+
+
 def record_dirs(runs_root: Path, pattern: str = "*") -> list[Path]:
     """The run folders under runs_root (matching a glob pattern), sorted by name."""
     return sorted(p for p in Path(runs_root).glob(pattern) if p.is_dir())
