@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from results.planner import inventory
 from results.planner import layer_costs
@@ -260,3 +262,34 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
         # each measurement lasted at least cell_s: more passes than the repeats asked for
         assert len(s["layers"]["embedding"][0]["fwd_samples_s"]) > 1
     assert ranks == {0, 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 9), k=st.integers(1, 5), seed=st.integers(0, 10_000))
+def test_the_one_split_search_equals_brute_force(n, k, seed):
+    """results/analysis/schedule.min_max_split (used by the pipeline's balanced split and the
+    planner) against every composition: the least maximum, then the least sum of squares."""
+    import itertools
+    import math
+    import random
+
+    from results.analysis.schedule import min_max_split
+    rng = random.Random(seed)
+    table = {(s, b): (math.inf if rng.random() < 0.15 else rng.choice([0.5, 1.0, 1.5, 2.0]) * b + rng.random())
+             for s in range(k) for b in range(1, n + 1)}
+    cost = lambda s, b: table[(s, b)]  # noqa: E731
+    best = None
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        sp = [b - a for a, b in zip((0, *cuts), (*cuts, n))]
+        cs = [cost(s, b) for s, b in enumerate(sp)]
+        if math.inf in cs:
+            continue
+        key = (max(cs), sum(c * c for c in cs))
+        best = key if best is None or key < best else best
+    got = min_max_split(n, k, cost)
+    if best is None:
+        assert got is None
+    else:
+        cs = [cost(s, b) for s, b in enumerate(got)]
+        assert sum(got) == n and len(got) == k and min(got) >= 1
+        assert max(cs) == pytest.approx(best[0]) and sum(c * c for c in cs) == pytest.approx(best[1])

@@ -173,8 +173,8 @@ def balanced_split(split: list[int], times: dict[str, dict[str, float]]) -> dict
     stages without extras (the middle ones), else from the first stage; the last stage's
     extra is what its time leaves beyond its blocks. Every split into the same number of
     non-empty stages is then costed and the one with the lowest maximum stage time returned,
-    with the costs the model predicts (seconds per microbatch, forward + backward)."""
-    from itertools import combinations
+    with the costs the model predicts (seconds per microbatch, forward + backward). The search
+    is the planner's own (results/analysis/schedule.min_max_split)."""
     t = [times[str(s)]["fwd_s"] + times[str(s)]["bwd_s"] for s in range(len(split))]
     middle = [(t[s], split[s]) for s in range(1, len(split) - 1)]
     beta = sum(x for x, _ in middle) / sum(n for _, n in middle) if middle else t[0] / split[0]
@@ -183,12 +183,7 @@ def balanced_split(split: list[int], times: dict[str, dict[str, float]]) -> dict
 
     def cost(sp):
         return [b * beta + (head if i == k - 1 else 0.0) for i, b in enumerate(sp)]
-    best, best_key = None, None
-    for cuts in combinations(range(1, n), k - 1):  # every composition of n into k positive parts
-        sp = [b - a for a, b in zip((0, *cuts), (*cuts, n))]
-        key = (max(cost(sp)), sum(c * c for c in cost(sp)))  # ties: the more even one
-        if best is None or key < best_key:
-            best, best_key = sp, key
+    best = step_sim.min_max_split(n, k, lambda part, blocks: blocks * beta + (head if part == k - 1 else 0.0))
     return {"split": best, "block_s": beta, "last_stage_extra_s": head,
             "predicted_stage_s": cost(best), "predicted_stage_s_as_run": cost(split)}
 

@@ -20,7 +20,8 @@ Model (what the harness runs: harness/parallel/pipeline.py over torch.distribute
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -123,3 +124,49 @@ def data_parallel_step(compute_s: list[float], reduce_s: float, optimizer_s: lis
     ends = [slowest + reduce_s + o for o in optimizer_s]
     return {"step_s": max(ends), "compute_s": compute_s, "wait_s": [slowest - c for c in compute_s],
             "reduce_s": reduce_s}
+
+
+def min_max_split(n: int, k: int, cost: Callable[[int, int], float]) -> list[int] | None:
+    """The one split search: n items (blocks) into k consecutive non-empty parts (stages) that
+    minimises the slowest part, cost(part, items) seconds (math.inf where that part cannot take
+    that many, e.g. out of memory); among those, the most even (least sum of squared costs).
+    Dynamic programming in two passes (the minimal maximum M, then the least sum of squares
+    with every part <= M), O(k n^2) cost calls, cached. None when no split is feasible. Used by
+    the pipeline's balanced split (results/analysis/bubble.py) and the planner (results/planner)."""
+    if not 1 <= k <= n:
+        return None
+    memo: dict[tuple[int, int], float] = {}
+
+    def c(part: int, items: int) -> float:
+        if (part, items) not in memo:
+            memo[(part, items)] = cost(part, items)
+        return memo[(part, items)]
+
+    def solve(value, combine, allowed) -> tuple[list[list[float]], list[list[int]]]:
+        best = [[math.inf] * (n + 1) for _ in range(k + 1)]
+        back = [[0] * (n + 1) for _ in range(k + 1)]
+        best[0][0] = 0.0
+        for s in range(k):
+            for done in range(s, n - (k - s) + 1):
+                if best[s][done] == math.inf:
+                    continue
+                for items in range(1, n - done - (k - s - 1) + 1):
+                    x = c(s, items)
+                    if x == math.inf or not allowed(x):
+                        continue
+                    v = combine(best[s][done], value(x))
+                    if v < best[s + 1][done + items]:
+                        best[s + 1][done + items], back[s + 1][done + items] = v, items
+        return best, back
+
+    best, _ = solve(lambda x: x, max, lambda x: True)
+    top = best[k][n]
+    if top == math.inf:
+        return None
+    slack = 1e-12 * max(1.0, abs(top))  # float sums of the same parts in another order
+    _, back = solve(lambda x: x * x, lambda a, b: a + b, lambda x: x <= top + slack)
+    split, at = [], n
+    for s in range(k, 0, -1):
+        split.append(back[s][at])
+        at -= back[s][at]
+    return split[::-1]

@@ -32,7 +32,7 @@ from itertools import permutations
 from results.planner.inventory import Inventory, PlanError
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
-from results.analysis.schedule import StageCost, data_parallel_step, simulate
+from results.analysis.schedule import StageCost, data_parallel_step, min_max_split, simulate
 
 STRATEGIES = ("auto", "dp", "pp")
 
@@ -168,33 +168,12 @@ def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, fl
     """Blocks per stage minimising the slowest stage's fwd+bwd per microbatch (dynamic
     programming over (stage, blocks so far)), every stage >= 1 block and within memory."""
     p, n = len(kinds), costs[kinds[0]].n_blocks
-    inf = math.inf
-    best = [[inf] * (n + 1) for _ in range(p + 1)]
-    back = [[0] * (n + 1) for _ in range(p + 1)]
-    best[0][0] = 0.0
-    cache: dict[tuple, dict | None] = {}
-    for s in range(p):
-        k = kinds[s]
-        for done in range(s, n - (p - s) + 1):
-            if best[s][done] == inf:
-                continue
-            for c in range(1, n - done - (p - s - 1) + 1):
-                key = (k, c, s == 0, s == p - 1, _inflight(schedule, s, p, m))
-                if key not in cache:
-                    cache[key] = _stage(costs[k], c, s == 0, s == p - 1, b, key[4], memory[k])
-                st = cache[key]
-                if st is None:
-                    continue
-                v = max(best[s][done], st["fwd_s"] + st["bwd_s"])
-                if v < best[s + 1][done + c]:
-                    best[s + 1][done + c], back[s + 1][done + c] = v, c
-    if best[p][n] == inf:
-        return None
-    split, at = [], n
-    for s in range(p, 0, -1):
-        split.append(back[s][at])
-        at -= back[s][at]
-    return stages_for(kinds, costs, memory, split[::-1], b, m, schedule)
+
+    def seconds(s: int, blocks: int) -> float:
+        st = _stage(costs[kinds[s]], blocks, s == 0, s == p - 1, b, _inflight(schedule, s, p, m), memory[kinds[s]])
+        return math.inf if st is None else st["fwd_s"] + st["bwd_s"]
+    split = min_max_split(n, p, seconds)  # the one split search (results/analysis/schedule.py)
+    return None if split is None else stages_for(kinds, costs, memory, split, b, m, schedule)
 
 
 def stages_for(kinds, costs, memory, split, b, m, schedule) -> list[dict] | None:
