@@ -196,3 +196,17 @@ def test_a_full_results_disk_ends_the_run_in_one_line_with_a_failed_record(tmp_p
         assert not [f for f in disk.rglob("*") if f.name.endswith(".tmp")]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_killed_creators_temporary_files_are_removed_by_the_next_creation(tmp_path):
+    """A store creation killed mid-way leaves `.mlflow.db.<pid>.tmp` and sqlite's -journal beside
+    it; the next creation (under the lock) removes them and makes the store whole."""
+    from results.store import sqlite_store
+    db = tmp_path / "mlflow.db"
+    left = [tmp_path / ".mlflow.db.99999.tmp", tmp_path / ".mlflow.db.99999.tmp-journal"]
+    for f in left:
+        f.write_bytes(b"half")
+    sqlite_store.ensure(db)
+    assert db.is_file() and sqlite_store.damage(db) == ""
+    assert not any(f.exists() for f in left)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".mlflow.db.") and "tmp" in p.name) == []

@@ -35,6 +35,7 @@ from harness.measure import envinfo
 from harness.run import loop
 from harness.bench import comm as perf_comm
 from harness.bench import deepcam_ref as perf_deepcam_ref
+from harness.bench import planner_scale
 from harness.bench import loader as perf_loader
 from harness.bench import mpi as perf_mpi
 from harness.bench import moe as perf_moe
@@ -160,6 +161,7 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies,
               "collectives": perf_comm.collectives_bench, "pipeline": perf_pipeline.pipeline_bench,
               "moe": perf_moe.moe_bench, "planner": perf_planner.planner_bench,
+              "planner_scale": planner_scale.planner_scale,
               "roofline": perf_roofline.roofline_bench, "paired_speedup": perf_paired.paired_speedup_bench,
               "deepcam_vs_reference": perf_deepcam_ref.deepcam_vs_reference}
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief, read_yaml_mapping
 from results.record import sweep_ids
+from results.record.labels import config_label, toggle_item
 from results.record import toggles as toggle_decl
 
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
@@ -170,18 +171,22 @@ def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tupl
 
     cells: list[tuple[str, RunConfig]] = []
     all_on = [t for t in sweep.toggles if t in applicable]
+    items = {t: toggle_item(t, _on_value(sweep, t)) for t in sweep.toggles}
+
+    def cell(on: list[str]) -> tuple[str, RunConfig]:  # named as its recorded runs will be (labels.config_label)
+        return config_label([items[t] for t in on], [items[t] for t in all_on]), cfg(on)
     if "baseline" in sweep.matrix:
-        cells.append(("baseline", cfg([])))
+        cells.append(cell([]))
     if "add_one_in" in sweep.matrix:
-        cells += [(f"+{t}", cfg([t])) for t in sweep.toggles]
+        cells += [cell([t]) for t in sweep.toggles]
     if "all_on" in sweep.matrix and len(all_on) > 1:
-        cells.append(("all_on", cfg(all_on)))
+        cells.append(cell(all_on))
     if "leave_one_out" in sweep.matrix and len(all_on) > 2:
-        cells += [(f"all_on-{t}", cfg([x for x in all_on if x != t])) for t in all_on]
+        cells += [cell([x for x in all_on if x != t]) for t in all_on]
     from harness.config.run_config import Parallel
     for p in sweep.parallel:  # toggles off, the strategy at each of its rank counts
         par = Parallel(**{k: v for k, v in p.items() if k != "ranks"})
-        cells += [(f"{par.label()}@{n}", dataclasses.replace(base_cfg, parallel=par, ranks=n))
+        cells += [(config_label((), (), f"{par.label()}@{n}"), dataclasses.replace(base_cfg, parallel=par, ranks=n))
                   for n in p.get("ranks", sweep.ranks)]
     return cells
 

@@ -22,6 +22,8 @@ from typing import Callable, Iterator
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from harness.measure.native_log import profiler_quiet
+
 DATA_RANGE = "harness.data_wait"
 CLASSES = ("data_wait", "compute_bound", "memory_bound", "optimizer", "communication", "other")
 # not bare "broadcast": aten::broadcast_tensors is a memory op in the losses
@@ -118,7 +120,7 @@ def profile_steps(step: Callable[[object], object], batches: Iterator, steps: in
     Returns shares()'s breakdown and its self seconds per ancestry."""
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     dev = torch.device(device)
-    with profile(activities=acts) as prof:
+    with profiler_quiet(), profile(activities=acts) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             with record_function(DATA_RANGE):

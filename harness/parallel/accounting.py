@@ -288,7 +288,8 @@ def account(ts, batches: list, world: int) -> dict:
         rss = peak_memory_bytes(ts.device) if can_reset else None
         from torch.profiler import ProfilerActivity, profile
         held = sum(model_state_bytes(ts.eval_model, ts.optimizer).values())
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        from harness.measure.native_log import profiler_quiet
+        with profiler_quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             steps = measure_step_comms(step, batches[1:])
         tensor_peak = _peak_tensor_bytes(prof, held)
     experts = None

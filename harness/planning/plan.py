@@ -72,6 +72,22 @@ def _cell(p: dict, workload: str, size: str, batch: int) -> str:
             f"base: {{batch_size: {batch}, steps: 10, warmup_steps: 2}}\n")
 
 
+SHOWN = 16  # a split of more devices is printed per kind (the plan file keeps every share)
+
+
+def _split_text(devices: list[str], shares: list[int]) -> str:
+    """'8,8' for a few devices; per kind 'H100 4000x 3 + 1000x 2; ...' for many (a 10,000-entry
+    list on the terminal says nothing)."""
+    if len(shares) <= SHOWN:
+        return ",".join(map(str, shares))
+    from collections import Counter
+    per: dict[str, Counter] = {}
+    for k, b in zip(devices, shares):
+        per.setdefault(k, Counter())[b] += 1
+    return "; ".join(f"{k} " + " + ".join(f"{n}x {b}" for b, n in sorted(c.items(), reverse=True))
+                     for k, c in per.items())
+
+
 def _lines(p: dict) -> list[str]:
     pr, un = p["predicted"], p["uniform"]["predicted"]
     estimates = {f"{k}: {s.removeprefix('ESTIMATE: ')}" for k, s in p["sources"].items() if s.startswith("ESTIMATE")}
@@ -80,8 +96,8 @@ def _lines(p: dict) -> list[str]:
         "from measured profiles and links"
     out = [f"plan ({p['strategy']}, global batch {p['global_batch']}, {len(p['devices'])} devices): {head}"]
     if p["strategy"] == "dp":
-        out.append(f"  batch split  {','.join(map(str, p['batch_split']))}   (uniform: "
-                   f"{','.join(map(str, p['uniform']['batch_split']))})")
+        out.append(f"  batch split  {_split_text(p['devices'], p['batch_split'])}   (uniform: "
+                   f"{_split_text(p['devices'], p['uniform']['batch_split'])})")
     else:
         out.append(f"  {p['replicas']} pipeline replica(s) of {len(p['stage_order'])} stages, {p['schedule']}, "
                    f"M={p['microbatches']} microbatches of {p['microbatch_size']}")

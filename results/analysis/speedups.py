@@ -11,6 +11,7 @@ import pandas as pd
 from results.record import labels
 from results.stats import paired
 from results.record import schema
+from results.record.labels import config_label
 from results.stats import stability
 from results.stats import estimators as stats
 from results.stats.paired import Runs
@@ -107,18 +108,9 @@ def label_configs(df: pd.DataFrame) -> pd.Series:
         runnable = sets[g["status"] != schema.UNSUPPORTED]
         widest = max(runnable, key=len, default=())
         for i, s in sets.items():
-            if not s:
-                labels[i] = "baseline"
-            elif len(s) == 1:
-                labels[i] = f"+{s[0]}"
-            elif s == widest:
-                labels[i] = "all_on"
-            elif len(s) == len(widest) - 1 and set(s) <= set(widest):
-                labels[i] = f"all_on-{(set(widest) - set(s)).pop().split('=')[0]}"
-            else:
-                labels[i] = "+".join(s)
+            labels[i] = config_label(s, widest)
     on = strategies != ""
-    labels[on] = [st + ("" if not s else "+" + "+".join(s)) for st, s in zip(strategies[on], all_sets[on])]
+    labels[on] = [config_label(s, (), st) for st, s in zip(strategies[on], all_sets[on])]
     return labels
 
 

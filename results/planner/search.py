@@ -204,6 +204,23 @@ def _m_candidates(per_replica: int, p: int, schedule: str) -> list[int]:
     return ms[-8:] if len(ms) > 8 else ms  # the most microbatches (smallest bubble) are the candidates
 
 
+ALL_ORDERS_UP_TO = 5  # kinds: every stage order (5! = 120); beyond, a few orders that put speed or memory first
+
+
+def _orders(per: dict[str, int], inv: Inventory, costs: dict[str, Costs]) -> list[tuple[str, ...]]:
+    """Stage orders of the device kinds to try: every permutation for a few kinds, else the
+    inventory's order, fastest first, slowest first, most memory first (8 kinds would be 40,320
+    orders, each a split search per microbatch count)."""
+    kinds = tuple(per)
+    if len(kinds) <= ALL_ORDERS_UP_TO:
+        return list(permutations(kinds))
+    speed = {k: costs[k].sample_s(1) for k in kinds}
+    memory = {d.kind: d.memory_bytes for d in inv.devices}
+    found = [kinds, tuple(sorted(kinds, key=speed.get)), tuple(sorted(kinds, key=speed.get, reverse=True)),
+             tuple(sorted(kinds, key=memory.get, reverse=True))]
+    return list(dict.fromkeys(found))
+
+
 def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str) -> dict:
     g = reduce(math.gcd, (d.count for d in inv.devices))
     per = {d.kind: d.count // g for d in inv.devices}
@@ -222,7 +239,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     memory = {d.kind: d.memory_bytes for d in inv.devices}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
     best = None
-    for order in permutations(per):
+    for order in _orders(per, inv, costs):
         kinds = [k for k in order for _ in range(per[k])]
         for m in ms:
             b = per_replica // m

@@ -1,7 +1,37 @@
-"""The name of a parallel strategy, defined once: harness/config/parallel_config.py labels a config with
+"""The names of configurations, defined once. config_label names a sweep cell (the sweep plans
+with it, results/analysis/speedups.py names recorded runs with it, so a cell and its runs carry
+one name). strategy_name names a parallel strategy: harness/config/parallel_config.py labels a config with
 it, results/analysis/speedups.py labels recorded runs (whose parallel keys come back as strings) with it.
 Pure, no pandas: the CLI imports it."""
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def toggle_item(name: str, value) -> str:
+    """One toggle that is on, as labels spell it: the name, or name=value when its value is not
+    plain True (amp=bf16)."""
+    return name if value is True or str(value) == "True" else f"{name}={value}"
+
+
+def config_label(on: Sequence[str], widest: Sequence[str], strategy: str = "") -> str:
+    """baseline, +x (add-one-in), all_on, all_on-x (leave-one-out), or the joined toggles; a
+    parallel cell by its strategy and ranks (fsdp@2), with its toggles after a '+'. `on` and
+    `widest` are toggle items (toggle_item); widest is the widest set of the group (its all_on)."""
+    from results.record.toggles import NAMES
+    order = {n: i for i, n in enumerate(NAMES)}
+    on = sorted(on, key=lambda t: order.get(t.split("=")[0], len(order)))
+    if strategy:
+        return strategy + ("+" + "+".join(on) if on else "")
+    if not on:
+        return "baseline"
+    if len(on) == 1:
+        return f"+{on[0]}"
+    if set(on) == set(widest):
+        return "all_on"
+    if len(on) == len(widest) - 1 and set(on) <= set(widest):
+        return f"all_on-{(set(widest) - set(on)).pop().split('=')[0]}"
+    return "+".join(on)
 
 
 def strategy_name(data: str = "ddp", tp: int = 1, sp: bool = False, pp: int = 1, pp_virtual: int = 1,

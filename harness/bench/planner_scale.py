@@ -1,0 +1,46 @@
+"""`make perf` planner_scale (not a test): how long the planner takes as the device count grows,
+in-process on estimated costs (no run). 1,000 to 10,000 devices of three kinds (the what-if
+inventory's H100 / Ascend 910B / MI250X mix) and the worst shape for a per-kind search: every
+device its own kind. Target: 10,000 devices planned in under 5 s (the split by trimming one
+sample at a time took 57 s for 10,000 devices and 223 s for 10,000 one-device kinds)."""
+from __future__ import annotations
+
+import time
+
+from harness.planning.plan import costs_for
+from results.planner import inventory as inv_mod
+from results.planner import search
+from results.planner.links import LinkModel
+
+KINDS = (("H100", 80, 969), ("Ascend-910B", 64, 256), ("MI250X", 128, 383))
+TARGET_S = 5.0
+
+
+def _inventory(devices: int, one_kind_each: bool) -> inv_mod.Inventory:
+    if one_kind_each:
+        rows = [{"kind": f"k{i}", "count": 1, "memory_gb": 80, "peak_tflops": 100 + i % 900, "efficiency": 0.4}
+                for i in range(devices)]
+    else:
+        share = [devices * 4 // 10, devices * 3 // 10]
+        share.append(devices - sum(share))
+        rows = [{"kind": k, "count": n, "memory_gb": m, "peak_tflops": p, "efficiency": 0.4}
+                for (k, m, p), n in zip(KINDS, share)]
+    return inv_mod.parse({"devices": rows, "links": {"busbw_gb_per_s": 25, "latency_us": 10}}, "planner_scale")
+
+
+def planner_scale(sizes: tuple[int, ...] = (1_000, 3_000, 10_000), batch_per_device: int = 2) -> dict:
+    out: dict = {"target": f"10,000 devices planned in < {TARGET_S:g} s (dp, LM gpt2 shape, estimated costs)"}
+    for one_kind_each in (False, True):
+        for n in sizes:
+            inv = _inventory(n, one_kind_each)
+            costs = costs_for(inv, "lm", "gpt2")
+            t0 = time.perf_counter()
+            p = search.plan(inv, costs, LinkModel(inv.links, None), n * batch_per_device, "dp")
+            took = time.perf_counter() - t0
+            key = f"{n}_devices_{'one_kind_each' if one_kind_each else '3_kinds'}"
+            out[key] = {"plan_s": took, "predicted_step_s": p["predicted"]["step_s"],
+                        "utilization": p["predicted"]["utilization"]}
+            print(f"planner_scale {key}: {took:.3f} s", flush=True)
+    worst = max(v["plan_s"] for k, v in out.items() if k.startswith(f"{max(sizes)}_"))
+    out["meets_target"] = worst < TARGET_S
+    return out
