@@ -15,7 +15,7 @@ from harness.experiments import sweep
 from results.analysis import speedups as report
 from results.store.frames import step_samples
 from harness.config.run_config import RunConfig, UsageError
-from tests.conftest import harness, run_dirs
+from tests.conftest import REPO, harness, run_dirs
 
 
 def _write(tmp_path, text):
@@ -32,16 +32,24 @@ def test_expansion_sets_and_labels(tmp_path):
     base = RunConfig(workload="cosmoflow")
     cells = sweep.expand(s, base, applicable={"channels_last", "compile", "amp"})
     labels = [label for label, _ in cells]
-    assert labels == ["baseline", "+channels_last", "+compile", "+amp", "+cuda_graphs", "all_on",
+    # one name per configuration: the sweep's labels are results' (labels.config_label), amp's value shown
+    assert labels == ["baseline", "+channels_last", "+compile", "+amp=bf16", "+cuda_graphs", "all_on",
                       "all_on-channels_last", "all_on-compile", "all_on-amp"]
     by = dict(cells)
     assert by["baseline"].toggles.enabled() == []
-    assert by["+amp"].toggles.amp == "bf16"  # default on-value for amp
+    assert by["+amp=bf16"].toggles.amp == "bf16"  # default on-value for amp
     assert by["all_on"].toggles.enabled() == ["channels_last", "compile", "amp"]  # cuda_graphs can't run here
     assert by["all_on-compile"].toggles.enabled() == ["channels_last", "amp"]
 
 
-@pytest.mark.parametrize("path", sorted((Path(sweep.__file__).parent / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+SWEEP_FILES = sorted((REPO / "harness" / "sweeps").glob("*.yaml"))
+
+
+def test_the_bundled_sweep_files_are_found():
+    assert len(SWEEP_FILES) >= 5  # the parametrized check below is not vacuous
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_bundled_sweep_files_load_and_plan(path):
     """The shipped sweeps (demo, gpu-check, gpu-graphs ...) validate and expand; a typo in one
     would otherwise surface only on the machine it is meant for."""
@@ -110,7 +118,13 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
         assert text in p.stdout
     # the paired speedup: each repeat's baseline run against the same repeat's +channels_last run
     runs_root = Path(env["HARNESS_RESULTS"], "runs")
-    table = report.speedup_table(report.records_frame(runs_root)).set_index("config")
+    # one name per configuration: each cell's label (cells.json) is the label results gives its runs
+    frame = report.records_frame(runs_root)
+    by_variant = dict(zip(frame["variant"], report.label_configs(frame)))
+    (cells_file,) = Path(env["HARNESS_RESULTS"], "sweeps").glob("*/cells.json")
+    cells = json.loads(cells_file.read_text())
+    assert {c["variant"]: c["label"] for c in cells} == by_variant
+    table = report.speedup_table(frame).set_index("config")
     med = {}
     for d in run_dirs(env):
         cfg = json.loads((d / "config.json").read_text())
