@@ -16,7 +16,7 @@ from results.analysis import collectives as coll
 from results.record import comm as comm_record
 from results.record import schema
 from tests.conftest import REPO, harness
-from tests.test_mpi import MPIEXEC, mpiexec
+from tests.helpers import MPIEXEC, mpirun as mpiexec
 
 SMALL = ("-b", "8", "-e", "64K", "-f", "4", "-n", "3", "-w", "1")
 

@@ -30,6 +30,12 @@ def test_equivalent_toggles_pass(tmp_path, baseline, toggle, value):
                              reference_run=str(ref))
     out = runner.execute(on, root=tmp_path)
     assert out.status == "finished", out.reason
+    # what the gate decided, not only that the run finished: three losses compared, each within tolerance
+    s = schema.read_record(out.dir)["summary"]
+    assert s["gate_passed"] == 1 and s["gate_steps_compared"] == 3, s
+    assert 0 <= s["gate_max_ratio"] <= 1 and s["gate_max_rel_diff"] <= 1e-2
+    if toggle == "dali":  # the same bytes through another reader: the same losses
+        assert s["gate_max_rel_diff"] <= 1e-6
 
 
 def test_broken_layout_transform_is_fail_accuracy(tmp_path, baseline, monkeypatch):
@@ -43,6 +49,8 @@ def test_broken_layout_transform_is_fail_accuracy(tmp_path, baseline, monkeypatc
     assert out.status == schema.FAIL_ACCURACY
     assert re.search(r"correctness gate: loss at step 0 ", out.reason) and "tolerance 1e-04" in out.reason
     assert schema.read_record(out.dir)["status"]["status"] == "fail_accuracy"
+    s = schema.read_record(out.dir)["summary"]
+    assert s["gate_passed"] == 0 and s["gate_steps_compared"] == 1 and s["gate_max_ratio"] > 1
 
 
 def test_reference_with_other_settings_is_refused(tmp_path, baseline):

@@ -85,7 +85,7 @@ def test_summary_and_ingest_go_on_past_malformed_records(good_run, tmp_path):
     i = subprocess.run([sys.executable, "-m", "results", "ingest"], env=env, cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert i.returncode == 0, i.stderr  # malformed is not "rejected by the store"
-    assert f"1 added" in i.stdout and f"{len(want)} malformed" in i.stdout and "0 rejected" in i.stdout, i.stdout
+    assert "1 added" in i.stdout and f"{len(want)} malformed" in i.stdout and "0 rejected" in i.stdout, i.stdout
     skipped = [x for x in i.stderr.splitlines() if x.startswith("  skipped: malformed record")]
     assert len(skipped) == len(want) and not any("KeyError" in x or "TypeError" in x for x in skipped), i.stderr
 

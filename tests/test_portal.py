@@ -9,21 +9,9 @@ from streamlit.testing.v1 import AppTest
 
 from results.analysis import speedups as report
 from tests.conftest import REPO, XSS
+from tests.helpers import app_page
 
 APP = str(REPO / "portal" / "app.py")
-
-
-def _page(monkeypatch, root, page: str | None = None, query: dict[str, str] | None = None) -> AppTest:
-    monkeypatch.setenv("HARNESS_RESULTS", str(root))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    for k, v in (query or {}).items():  # a shared link's state (?run=...)
-        at.query_params[k] = v
-    if page:
-        at.switch_page(f"pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def _no_markdown_with(at: AppTest, text: str) -> bool:
@@ -35,7 +23,7 @@ def test_empty_store_says_what_to_run(monkeypatch, tmp_path, page):
     """A mistyped or empty results folder: the page names the path it looked at, and, being
     read-only, leaves the folder as it was (no mlflow.db, no run index)."""
     (tmp_path / "empty").mkdir()
-    at = _page(monkeypatch, tmp_path / "empty", page)
+    at = app_page(monkeypatch, tmp_path / "empty", page)
     assert [i.value for i in at.info] == [
         f"No MLflow store at {tmp_path / 'empty' / 'mlflow.db'} (the results folder is HARNESS_RESULTS, else "
         "./results); the portal is read-only and creates none. Run `make demo` (a small CPU ablation) and press "
@@ -44,7 +32,7 @@ def test_empty_store_says_what_to_run(monkeypatch, tmp_path, page):
 
 
 def test_collectives_page_on_an_empty_store_says_what_to_run(monkeypatch, tmp_path):
-    at = _page(monkeypatch, tmp_path / "empty", "collectives")
+    at = app_page(monkeypatch, tmp_path / "empty", "collectives")
     assert [i.value for i in at.info] == [
         "No collectives records yet. Run `make comm RANKS=2` (all_reduce, reduce_scatter, all_gather, all_to_all, "
         "broadcast, reduce, send/recv on gloo and MPI, under mpiexec) and press Refresh."]
@@ -56,7 +44,7 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     a dot per repeat, and the same numbers in a table: all equal to the CLI's report."""
     from portal.charts import VERDICT_NAMES, speedup_label
     root, _ = seeded
-    at = _page(monkeypatch, root)
+    at = app_page(monkeypatch, root)
     sweep = at.selectbox[0].value
     assert sweep.startswith("portal@")
     frame = report.records_frame(root / "runs").query("sweep == @sweep")
@@ -103,7 +91,7 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
 def test_overview_of_a_sweep_with_no_finished_run_says_so(monkeypatch, seeded):
     """The crafted failed run is its sweep's only run: no bar, a sentence, and its reason."""
     root, _ = seeded
-    at = _page(monkeypatch, root)
+    at = app_page(monkeypatch, root)
     at.selectbox[0].set_value(XSS).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.get("plotly_chart")
@@ -121,7 +109,7 @@ def _run_ids(frame) -> list[str]:
 
 def test_runs_page_lists_failures_with_reasons_as_text(monkeypatch, seeded):
     root, crafted = seeded
-    at = _page(monkeypatch, root, "runs")
+    at = app_page(monkeypatch, root, "runs")
     df = at.dataframe[0].value
     assert len(df) == 11  # 5 cells x 2 repeats + the crafted failure
     row = df.set_index(pd.Index(_run_ids(df))).loc[crafted]
@@ -136,7 +124,7 @@ def test_runs_page_lists_failures_with_reasons_as_text(monkeypatch, seeded):
 def test_runs_page_filters(monkeypatch, seeded):
     """Filters start empty, meaning all; picking narrows; clearing gives every run back."""
     root, crafted = seeded
-    at = _page(monkeypatch, root, "runs")
+    at = app_page(monkeypatch, root, "runs")
     assert [m.value for m in at.multiselect] == [[]] * 6
     status = next(m for m in at.multiselect if m.label == "status")
     status.set_value(["failed"]).run()
@@ -153,7 +141,7 @@ def test_run_detail_from_a_shared_link_of_an_unsupported_run(monkeypatch, seeded
     root, _ = seeded
     frames = report.records_frame(root / "runs")
     unsupported = frames[frames["status"] == "unsupported"].iloc[0]["run_id"]
-    at = _page(monkeypatch, root, "run_detail", query={"run": unsupported})
+    at = app_page(monkeypatch, root, "run_detail", query={"run": unsupported})
     assert at.selectbox[0].value == unsupported
     assert [i.value for i in at.info] == [
         "No training steps recorded (unsupported): the record's reason, environment and files follow."]
@@ -166,7 +154,7 @@ def test_run_detail_names_its_figures(monkeypatch, seeded):
     root, _ = seeded
     frames = report.records_frame(root / "runs")
     finished = frames[frames["status"] == "finished"].iloc[0]["run_id"]
-    at = _page(monkeypatch, root, "run_detail", query={"run": finished})
+    at = app_page(monkeypatch, root, "run_detail", query={"run": finished})
     assert [m.label for m in at.metric] == ["status", "median step (ms)", "samples/s", "quality"]
     figs = [plotly.io.from_json(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [f.layout.title.text for f in figs]
@@ -178,7 +166,7 @@ def test_run_detail_names_its_figures(monkeypatch, seeded):
 
 def test_run_detail_of_a_failed_run_shows_reason_verbatim(monkeypatch, seeded):
     root, crafted = seeded
-    at = _page(monkeypatch, root, "run_detail")
+    at = app_page(monkeypatch, root, "run_detail")
     at.selectbox[0].set_value(crafted).run()
     assert not at.exception
     assert any(c.value == f"RuntimeError: {XSS}" for c in at.code)
@@ -188,7 +176,7 @@ def test_run_detail_of_a_failed_run_shows_reason_verbatim(monkeypatch, seeded):
 
 def test_compare_two_runs_diffs_config_and_gives_verdict(monkeypatch, seeded):
     root, _ = seeded
-    at = _page(monkeypatch, root, "compare")
+    at = app_page(monkeypatch, root, "compare")
     at.radio[0].set_value("runs").run()
     frames = report.records_frame(root / "runs")
     frames = frames[frames["status"] == "finished"]

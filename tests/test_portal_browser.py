@@ -5,57 +5,13 @@ those `results` computes from the same store, a ?run= link opening that run; a s
 page saved under test-artifacts/portal/ (kept when a test fails)."""
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = REPO / "test-artifacts" / "portal"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def serve(results_root: Path):
-    """A bare `streamlit run portal/app.py` (only a free port given) from the repository root,
-    as a user might start it: the portal's own .streamlit/config.toml must keep it safe."""
-    port = _free_port()
-    env = dict(os.environ, HARNESS_RESULTS=str(results_root), PYTHONPATH=str(REPO))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "portal/app.py", "--server.port", str(port)],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.fail("streamlit did not become healthy in 60 s")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
+from tests.helpers import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve
 
 @pytest.fixture(scope="module")
 def portal_url(seeded):  # conftest's session store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from results.analysis import speedups as report
 from tests.conftest import XSS
-from tests.test_portal import _page
+from tests.helpers import app_page as _page
 
 
 def test_compare_defaults_to_two_sweep_cells_with_run_to_run_variation(monkeypatch, seeded):

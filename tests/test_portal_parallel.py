@@ -9,14 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from results.analysis import collectives
 from results.record import comm as comm_record
 from results.analysis import speedups as report
 from results.analysis import bubble as pipe
 from tests.conftest import REPO, sweep_store
-from tests.test_mpi import mpiexec
+from tests.helpers import app_page, mpirun, visit
 
 APP = str(REPO / "portal" / "app.py")
 
@@ -36,21 +35,10 @@ def parallel_store(tmp_path_factory, data_root):
     assert "model state per rank = 0.500 of DDP's" in p.stdout  # the terminal summary's claim
     env = dict(os.environ, HARNESS_RESULTS=str(root), PYTHONPATH=str(REPO))
     env.pop("MLFLOW_TRACKING_URI", None)
-    c = mpiexec(env, 2, "-m", "harness", "comm", "-b", "64", "-e", "1M", "-f", "4",
+    c = mpirun(env, 2, "-m", "harness", "comm", "-b", "64", "-e", "1M", "-f", "4",
                 "-n", "3", "-w", "1")
     assert c.returncode == 0, c.stderr[-2000:]
     return root
-
-
-def _app_page(monkeypatch, store: Path, page: str) -> AppTest:
-    """The portal on `store`, switched to `page`, run without an exception."""
-    monkeypatch.setenv("HARNESS_RESULTS", str(store))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def _ddp_prediction(root: Path, recs) -> str:
@@ -74,7 +62,7 @@ def _comm(root: Path):
 
 @pytest.mark.slow
 def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_store):
-    at = _app_page(monkeypatch, parallel_store, "pages/parallelism.py")
+    at = app_page(monkeypatch, parallel_store, "pages/parallelism.py")
     shown = at.dataframe[0].value.set_index("config")
     want = report.parallel_table(report.records_frame(parallel_store / "runs")).set_index("config")
     assert sorted(shown.index) == ["ddp@2", "fsdp@2", "pp2-1f1b-m2@2", "pp2-gpipe-m2@2", "zero1@2"]
@@ -103,7 +91,7 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
 @pytest.mark.slow
 def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_store):
     recs, top = _comm(parallel_store)
-    at = _app_page(monkeypatch, parallel_store, "pages/collectives.py")
+    at = app_page(monkeypatch, parallel_store, "pages/collectives.py")
     verdicts, not_measured = at.text[0].value.splitlines(), at.text[1].value
     ceilings = collectives.ceilings_by_backend(recs.iloc[0].to_dict())
     assert verdicts == collectives.verdict_lines(top, ceilings) and len(verdicts) == len(comm_record.COLLECTIVES)
@@ -144,7 +132,7 @@ def _pipeline_table(root: Path):
 
 @pytest.mark.slow
 def test_pipeline_page_shows_the_bubble_and_the_schedule(monkeypatch, parallel_store):
-    at = _app_page(monkeypatch, parallel_store, "pages/pipeline.py")
+    at = app_page(monkeypatch, parallel_store, "pages/pipeline.py")
     want = _pipeline_table(parallel_store).set_index("config")
     shown = at.dataframe[0].value.set_index("config")
     assert sorted(shown.index) == ["pp2-1f1b-m2@2", "pp2-gpipe-m2@2"]
@@ -165,35 +153,17 @@ def test_pipeline_page_shows_the_bubble_and_the_schedule(monkeypatch, parallel_s
     assert "bubble" in at.text[1].value and "theory" in at.text[1].value
 
 
-def _visit(browser, url: str, path: str, name: str) -> tuple[str, str]:
-    """(page text, first chart's text) of a portal page once its charts and tables are drawn;
-    a full-page screenshot goes to test-artifacts/portal/<name>.png."""
-    from tests.test_portal_browser import ARTIFACTS
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    page.goto(f"{url}/{path}")
-    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-    page.wait_for_selector("[data-testid='stDataFrame']", timeout=60_000)
-    page.wait_for_timeout(500)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-    assert page.locator("[data-testid='stException']").count() == 0
-    body, legend = page.inner_text("body"), page.inner_text(".js-plotly-plot")
-    assert "DeltaGenerator" not in body
-    page.close()
-    return body, legend
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(shutil.which("chromium") or "/usr/bin/chromium").exists(),
                     reason="Debian chromium not installed (make system-deps)")
 def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
     from playwright.sync_api import sync_playwright
 
-    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
+    from tests.helpers import CHROMIUM, CHROMIUM_ARGS, serve
     recs, top = _comm(parallel_store)
     with serve(parallel_store) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        body, legend = _visit(browser, url, "parallelism", "parallelism")
+        body, legend = visit(browser, url, "parallelism", "parallelism")
         assert "Parallelism: strategies, collectives and memory" in body
         assert "same global batch as the one-rank baseline" in body
         want = report.parallel_table(report.records_frame(parallel_store / "runs"))
@@ -203,7 +173,7 @@ def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
         assert _ddp_prediction(parallel_store, recs) in body  # the predicted communication, as computed
         assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
 
-        body, legend = _visit(browser, url, "pipeline", "pipeline")
+        body, legend = visit(browser, url, "pipeline", "pipeline")
         assert "Pipeline: schedules and their bubble" in body
         for _, r in _pipeline_table(parallel_store).iterrows():
             assert pipe.verdict(r) in body, pipe.verdict(r)
@@ -213,7 +183,7 @@ def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
         assert (f"{len(pipe.timeline(rec))} events; window {1000 * rec['window_s']:.1f} ms (median step); bubble "
                 f"{rec['bubble_measured']:.3f} measured, {rec['bubble_theory']:.3f} theory") in body
 
-        body, legend = _visit(browser, url, "collectives", "collectives")
+        body, legend = visit(browser, url, "collectives", "collectives")
         assert "Collectives: bandwidth and latency per backend" in body
         for line in collectives.verdict_lines(top, collectives.ceilings_by_backend(recs.iloc[0].to_dict())):
             assert line in body, line

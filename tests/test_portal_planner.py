@@ -11,7 +11,7 @@ import pytest
 
 from results.planner import report as plan_report
 from tests.conftest import harness
-from tests.test_portal_parallel import _app_page
+from tests.helpers import app_page as _app_page
 
 CHECK = {"workload": "lm/small", "measured_at": "2026-11-30T23:59:00Z", "checks": [
     {"plan": "dp 2x", "split": [8, 4], "uniform_split": [6, 6], "cpus_by_rank": [1.0, 0.5],
@@ -58,8 +58,8 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
 def test_planner_page_in_chromium(planner_store):
     from playwright.sync_api import sync_playwright
 
-    from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
-    from tests.test_portal_parallel import _visit
+    from tests.helpers import CHROMIUM, CHROMIUM_ARGS, serve
+    from tests.helpers import visit as _visit
     with serve(planner_store) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         body, legend = _visit(browser, url, "planner", "planner")

@@ -12,8 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from results.analysis import speedups as report
 from results.analysis import roofline as roofline_report
-from tests.test_portal import _page as portal_page
-from tests.test_portal_browser import CHROMIUM, CHROMIUM_ARGS, serve
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, serve
+from tests.helpers import app_page as portal_page
 
 
 def _page(monkeypatch, root, run: str | None = None) -> AppTest:

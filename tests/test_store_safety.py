@@ -10,43 +10,14 @@ import sys
 from pathlib import Path
 
 from conftest import REPO
-from test_tracking_server import make_records
+from tests.helpers import concurrent_ingests, ingest_env as _env, make_records, store_runs
 
 N_INGESTERS = 16
-
-
-def _env() -> dict:
-    import os
-    e = dict(os.environ)
-    e.pop("MLFLOW_TRACKING_URI", None)  # the store under --results, whatever the caller's shell says
-    return e
 
 
 def ingest(results: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "results", "ingest", "--results", str(results), *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=600, env=env or _env())
-
-
-def concurrent_ingests(results: Path, n: int, env: dict | None = None) -> list[tuple[int, str, str]]:
-    procs = [subprocess.Popen([sys.executable, "-m", "results", "ingest", "--results", str(results)], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env())
-             for _ in range(n)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    return [(p.returncode, *o) for p, o in zip(procs, outs)]
-
-
-def store_runs(uri: str) -> dict:
-    """What MLflow itself holds, not the run index: active runs per record, deleted runs, parents."""
-    from mlflow.entities import ViewType
-    from mlflow.tracking import MlflowClient
-    c = MlflowClient(uri)
-    exp = c.get_experiment_by_name("mlperf-harness").experiment_id
-    active = c.search_runs([exp], "tags.kind = 'run'", max_results=5000)
-    deleted = c.search_runs([exp], "", run_view_type=ViewType.DELETED_ONLY, max_results=5000)
-    parents = c.search_runs([exp], "tags.kind = 'sweep'", max_results=5000)
-    return {"run_ids": sorted(r.data.tags["run_id"] for r in active), "deleted": len(deleted),
-            "incomplete": sum(r.data.tags.get("ingest_complete") != "1" for r in active),
-            "parents": sorted(r.data.tags["sweep"] for r in parents)}
 
 
 def test_concurrent_first_ingests_into_no_store_give_exactly_one_run_per_record(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import make_records
+
 from conftest import REPO
 
 N_WRITERS = 16
@@ -47,22 +49,6 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def make_records(runs: Path, n: int, sweep: str) -> list[Path]:
-    """Real run records (RunRecord writes them as a run would), a few steps each."""
-    from harness.config.run_config import RunConfig
-    from harness.run.record import RunRecord
-    out = []
-    for i in range(n):
-        rec = RunRecord(runs, RunConfig(workload="lm", seed=i + 1, sweep=sweep), {"hostname": "test"})
-        for s in range(5):
-            rec.log_step(step=s, phase="warmup" if s == 0 else "steady", t=0.1 * s, step_s=0.1 + 0.001 * i,
-                         data_s=0.001, loss=4.0 - 0.1 * s)
-        rec.info.update(global_batch=8)
-        rec.finish("finished")
-        out.append(rec.dir)
-    return out
-
-
 @pytest.fixture
 def server(tmp_path):
     port = free_port()
@@ -79,7 +65,7 @@ def test_16_concurrent_bulk_ingests_give_exactly_one_run_per_record(server, tmp_
     ids no client chooses): one MLflow run per record, none deleted in flight, one sweep parent."""
     import os
 
-    from test_store_safety import concurrent_ingests, store_runs
+    from tests.helpers import concurrent_ingests, store_runs
     dirs = make_records(tmp_path / "runs", 20, sweep="many@1")
     outcomes = concurrent_ingests(tmp_path, N_WRITERS, env={**os.environ, "MLFLOW_TRACKING_URI": server})
     assert all(rc == 0 for rc, _, _ in outcomes), [err[-400:] for _, _, err in outcomes]

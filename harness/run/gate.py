@@ -42,8 +42,13 @@ def tolerance(cfg: RunConfig, step: int) -> float:
     return base * growth ** step
 
 
-def check(cfg: RunConfig, losses: list[float], reference_dir: Path) -> str | None:
-    """None when the losses agree with the reference, else the reason for fail_accuracy."""
+def check(cfg: RunConfig, losses: list[float], reference_dir: Path, decided: dict | None = None) -> str | None:
+    """None when the losses agree with the reference, else the reason for fail_accuracy. What
+    was decided goes into `decided` (the run's summary keeps it): gate_steps_compared,
+    gate_max_rel_diff (the largest relative loss difference), gate_max_ratio (the largest
+    difference over its step's tolerance: <= 1 passes), gate_passed (1 or 0)."""
+    decided = {} if decided is None else decided
+    decided.update(gate_steps_compared=0, gate_passed=0)
     ref = schema.read_record(reference_dir, with_metrics=True)
     ref_cfg = {k: v for k, v in ref["config"].items()
                if k not in (*LABEL_FIELDS, *CHECKED, "run_id", "variant", "record_version")}
@@ -55,11 +60,16 @@ def check(cfg: RunConfig, losses: list[float], reference_dir: Path) -> str | Non
     k = min(K_STEPS, len(losses), len(ref_losses))
     if k == 0:
         return f"correctness gate: no losses to compare with {reference_dir.name}"
+    worst_rel = worst_ratio = 0.0
     for step in range(k):
         tol = tolerance(cfg, step)
         a, b = losses[step], ref_losses[step]
         rel = abs(a - b) / max(abs(b), 1e-12)
+        decided["gate_steps_compared"] = step + 1
+        worst_rel, worst_ratio = max(worst_rel, rel), max(worst_ratio, rel / tol)
+        decided.update(gate_max_rel_diff=worst_rel, gate_max_ratio=worst_ratio)
         if not rel <= tol:  # also catches NaN
             return (f"correctness gate: loss at step {step} is {a:.6g} vs baseline {b:.6g} "
                     f"(relative difference {rel:.2e} > tolerance {tol:.0e})")
+    decided["gate_passed"] = 1
     return None

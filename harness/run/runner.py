@@ -89,7 +89,9 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             status = schema.FINISHED
             if cfg.reference_run and (cfg.toggles.enabled() or dist.world > 1) and dist.is_main:
                 from harness.run import gate
-                problem = gate.check(cfg, [s["loss"] for s in rec.steps], Path(cfg.reference_run))
+                decided: dict = {}
+                problem = gate.check(cfg, [s["loss"] for s in rec.steps], Path(cfg.reference_run), decided)
+                rec.info.update(decided)  # what the gate compared and found, in the summary
                 if problem:
                     status, reason = schema.FAIL_ACCURACY, problem
         except Killed as e:

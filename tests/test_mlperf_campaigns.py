@@ -1,5 +1,6 @@
-"""MLPerf rules on real runs: the unmodified compliance checker, time-to-train campaigns with
-olympic scoring, weak scaling under real mpiexec, MFU and the bottleneck breakdown."""
+"""MLPerf campaigns on real runs: a time-to-train campaign scored with the olympic mean, its logs
+through the unmodified compliance checker, its records' MFU and breakdown, and weak scaling
+under real mpiexec."""
 from __future__ import annotations
 
 import json
@@ -7,31 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import REPO, harness, run_dirs
-from harness.measure import breakdown
 from harness.experiments import compliance
-
-
-def test_breakdown_of_a_matmul_only_step_is_almost_all_compute_bound():
-    torch.manual_seed(0)
-    w = torch.randn(1024, 1024)
-    batches = iter([torch.randn(1024, 1024) for _ in range(4)])  # loaded up front: no data wait to speak of
-    got, _ = breakdown.profile_steps(lambda x: x @ w @ w, batches, 4, "cpu")
-    shares = got["shares"]
-    assert sum(shares.values()) == pytest.approx(1.0)
-    assert shares["compute_bound"] > 0.85, shares
-    assert got["top_ops"][0]["op"] == "aten::mm" and got["top_ops"][0]["class"] == "compute_bound"
-
-
-def test_op_classes():
-    assert breakdown.classify("aten::mkldnn_convolution") == "compute_bound"
-    assert breakdown.classify("aten::addmm") == "compute_bound"
-    assert breakdown.classify("aten::native_batch_norm") == "memory_bound"
-    assert breakdown.classify("aten::copy_") == "memory_bound"
-    assert breakdown.classify("aten::_softmax") == "memory_bound"
-    assert breakdown.classify("aten::empty") == "other"
+from harness.measure import breakdown
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +88,7 @@ def test_ttt_rejects_bad_runs(env):
 
 @pytest.mark.slow  # two time-to-train instances under mpiexec (~40 s here, ~60 s in CI): make test-all
 def test_weak_scaling_two_instances_of_one_rank_under_mpiexec(env, monkeypatch):
-    from test_mpi import mpiexec
+    from tests.helpers import mpirun as mpiexec
     out = mpiexec(env, 2, "-m", "harness", "weak", "lm", "--instance-size", "1", "--set", "toggles.mpi_staging=true",
                   timeout=900)
     assert out.returncode == 0, out.stderr
