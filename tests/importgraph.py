@@ -18,9 +18,9 @@ FORBIDDEN = {("workloads", p) for p in ("harness", "staging", "results", "portal
 # folder and lower floors, never a higher floor nor another folder of its own floor. Every module
 # of harness/ and results/ sits in one of these folders, except the package's entry points.
 FLOORS = {
-    "harness.config": 1, "harness.measure": 2, "harness.parallel": 2, "harness.run": 3,
-    "harness.comm": 4, "harness.launch": 4, "harness.planning": 4, "harness.experiments": 5,
-    "harness.bench": 6, "harness.cli": 6, "harness.__main__": 7, "harness": 7,
+    "harness.config": 1, "harness.measure": 2, "harness.parallel": 3, "harness.run": 4,
+    "harness.comm": 5, "harness.launch": 5, "harness.planning": 5, "harness.experiments": 6,
+    "harness.bench": 7, "harness.cli": 7, "harness.__main__": 8, "harness": 8,
     "results.record": 1, "results.stats": 1, "results.store": 2, "results.analysis": 3,
     "results.planner": 4, "results.__main__": 5, "results": 5,
 }

@@ -90,11 +90,13 @@ def test_floor_check_fails_on_an_injected_back_import(tmp_path):
     _inject(root / "harness" / "config" / "registry.py", "from harness.run import timing")
     _inject(root / "results" / "store" / "ingest.py", "from results.analysis import trends")
     _inject(root / "harness" / "measure" / "peak.py", "from harness.parallel import dist")
+    _inject(root / "harness" / "comm" / "bench.py", "from harness.launch import site")  # a sibling of floor 5
     (root / "harness" / "helpers.py").write_text("X = 1\n")
     found = problems(root)
     assert any(p.startswith("floor: harness.config.registry -> harness.run") for p in found), found
     assert any(p.startswith("floor: results.store.ingest -> results.analysis.trends") for p in found), found
     assert any(p.startswith("floor: harness.measure.peak -> harness.parallel.dist") for p in found), found
+    assert any(p.startswith("floor: harness.comm.bench -> harness.launch.site") for p in found), found
     assert "outside every folder: harness.helpers" in found
 
 

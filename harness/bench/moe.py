@@ -8,31 +8,22 @@ all-to-all bytes measured on the real calls beside what the routing implies.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from harness.comm.bench import load_now
-from results.record import schema
 from results.stats import estimators as stats
-from results.record.paths import REPO_ROOT
-from harness.parallel.dist import mpiexec
+from harness.bench.launch import run_recorded
 
-MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 
 
 def _run(env: dict, results: Path, ep: int, steps: int, batch: int) -> dict:
-    before = set(schema.record_dirs(results / "runs"))
     load = load_now()
-    subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "harness", "run", "lm", "--size", "moe-small",
-                    "--no-ingest", "--set", f"steps={steps}", "--set", "warmup_steps=1", "--set", "profile_steps=0",
-                    "--set", f"batch_size={batch}", "--set", f"parallel.ep={ep}"],
-                   check=True, capture_output=True, env=env, cwd=REPO_ROOT)
-    (d,) = [d for d in schema.record_dirs(results / "runs") if d not in before]
-    rec = schema.read_record(d, with_metrics=True)
+    rec = run_recorded(env, results, 2, "run", "lm", "--size", "moe-small", "--no-ingest", "--set", f"steps={steps}",
+                       "--set", "warmup_steps=1", "--set", "profile_steps=0", "--set", f"batch_size={batch}",
+                       "--set", f"parallel.ep={ep}", with_metrics=True)
     steady = [m for m in rec["metrics"] if m["kind"] == "step" and m["phase"] == "steady"]
     acc = rec["summary"]["parallel"]
     return {"step_ms": 1000 * rec["summary"]["median_step_s"],

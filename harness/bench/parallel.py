@@ -11,33 +11,24 @@ under DDP), so FSDP's and ZeRO-1's sharding shows in the process's peak memory t
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from results.record import schema
 from results.stats import estimators as stats
-from results.record.paths import REPO_ROOT
-from harness.parallel.dist import mpiexec
+from harness.bench.launch import run_recorded
 
-MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 STRATEGIES = {"zero1": ["parallel.data=zero1"], "fsdp": ["parallel.data=fsdp"], "tp2": ["parallel.tp=2"],
               "tp2+sp": ["parallel.tp=2", "parallel.sp=true"]}
 
 
 def _run(env: dict, results: Path, sets: list[str], workload: str, size: str, steps: int, batch: int) -> dict:
-    before = set(schema.record_dirs(results / "runs"))
-    args = [MPIEXEC, "-n", "2", sys.executable, "-m", "harness", "run", workload, "--size", size, "--no-ingest",
-            "--set", f"steps={steps}", "--set", "warmup_steps=1", "--set", "profile_steps=0",
-            "--set", f"batch_size={batch}"]
+    args = ["run", workload, "--size", size, "--no-ingest", "--set", f"steps={steps}", "--set", "warmup_steps=1",
+            "--set", "profile_steps=0", "--set", f"batch_size={batch}"]
     for s in sets:
         args += ["--set", s]
-    subprocess.run(args, check=True, capture_output=True, env=env, cwd=REPO_ROOT)
-    (d,) = [d for d in schema.record_dirs(results / "runs") if d not in before]
-    return schema.read_record(d)["summary"]
+    return run_recorded(env, results, 2, *args)["summary"]
 
 
 def parallel_strategies(workload: str = "lm", size: str = "small", steps: int = 4, rounds: int = 2,

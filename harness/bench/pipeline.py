@@ -18,8 +18,6 @@ Load on the machine is read before and after every run and kept beside its figur
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,25 +25,18 @@ import numpy as np
 
 from harness.comm.bench import load_now
 from results.analysis import bubble as pipe
-from results.record import schema
-from results.record.paths import REPO_ROOT
-from harness.parallel.dist import mpiexec
+from harness.bench.launch import run_recorded
 
-MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 MB = 2  # sequences per microbatch
 
 
 def _run(env: dict, results: Path, sets: list[str], batch: int, steps: int, size: str) -> dict:
-    before = set(schema.record_dirs(results / "runs"))
     load_before = load_now()
-    args = [MPIEXEC, "-n", "2", sys.executable, "-m", "harness", "run", "lm", "--size", size, "--no-ingest",
-            "--set", f"steps={steps}", "--set", "warmup_steps=1", "--set", "profile_steps=0",
-            "--set", f"batch_size={batch}", "--set", "parallel.pp=2"]
+    args = ["run", "lm", "--size", size, "--no-ingest", "--set", f"steps={steps}", "--set", "warmup_steps=1",
+            "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", "parallel.pp=2"]
     for s in sets:
         args += ["--set", f"parallel.{s}"]
-    subprocess.run(args, check=True, capture_output=True, env=env, cwd=REPO_ROOT)
-    (d,) = [d for d in schema.record_dirs(results / "runs") if d not in before]
-    s = schema.read_record(d)["summary"]
+    s = run_recorded(env, results, 2, *args)["summary"]
     return {**s["pipeline"], "median_step_s": s["median_step_s"], "load_before": load_before, "load_after": load_now()}
 
 

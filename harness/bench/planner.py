@@ -20,8 +20,6 @@ import dataclasses
 import json
 import statistics
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,35 +28,26 @@ from harness.parallel import cpu_quota as rank_cpu
 from harness.config import registry
 from harness.comm.bench import load_now
 from results.planner import report as plan_report
-from results.record import schema
-from results.record.paths import REPO_ROOT, results_root
-from harness.parallel.dist import mpiexec
+from results.record.paths import results_root
+from harness.bench.launch import run_harness, run_recorded
 
-MPIEXEC = mpiexec()  # harness/parallel/dist.py: the one lookup
 SIZE = "small"
 FAST = 1.0
 STEPS, WARMUP = 5, 1
 
 
 def _harness(env: dict, *args: str, ranks: int = 1) -> str:
-    cmd = ([MPIEXEC, "-n", str(ranks)] if ranks > 1 else []) + [sys.executable, "-m", "harness", *args]
-    p = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
-    if p.returncode:
-        raise RuntimeError(f"{' '.join(args[:2])} failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    return p.stdout
+    return run_harness(env, ranks, *args)
 
 
 def _run(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, sets: list[str]) -> dict:
-    before = set(schema.record_dirs(results / "runs"))
     load0 = load_now()
     args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
             "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
             "--set", "threads=1"]
     for s in sets:
         args += ["--set", s]
-    _harness({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, *args, ranks=len(cpus))
-    (d,) = [d for d in schema.record_dirs(results / "runs") if d not in before]
-    s = schema.read_record(d)["summary"]
+    s = run_recorded({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), *args)["summary"]
     return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
             "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
 

@@ -1,2 +1,2 @@
-"""Floor 5: many runs: ablation sweeps, time-to-train and weak-scaling campaigns, the
+"""Floor 6: many runs: ablation sweeps, time-to-train and weak-scaling campaigns, the
 MLPerf compliance check, compare across commits, the GPU check."""

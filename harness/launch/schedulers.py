@@ -8,11 +8,13 @@ from harness.launch.slurm import SlurmBackend
 
 SCHEDULERS = {"local": LocalBackend, "slurm": SlurmBackend}  # name -> factory(site) -> Backend
 DEFAULT = "local"     # no site file: this machine
-SITE_DEFAULT = "slurm"  # a site file that names no scheduler
 
 
 def get(name: str, site) -> Backend:
+    where = f"{site.path}: " if getattr(site, "path", "") else ""
     if name not in SCHEDULERS:
-        where = f"{site.path}: " if getattr(site, "path", "") else ""
         raise UsageError(f"{where}unknown scheduler {name!r}; valid schedulers: {', '.join(SCHEDULERS)}")
+    missing = [k for k in SCHEDULERS[name].site_requires if site is not None and not getattr(site, k, None)]
+    if missing:  # what this scheduler cannot do without, asked of the backend (no scheduler names here)
+        raise UsageError(f"{where}{', '.join(missing)} is required for scheduler {name}")
     return SCHEDULERS[name](site)

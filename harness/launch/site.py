@@ -88,11 +88,6 @@ def load(name_or_path: str) -> Site:
         want = _TYPES[key]
         if not has_type(value, want):
             raise UsageError(f"{where}: expected {want}; got {value!r}")
-    from harness.launch import schedulers
-    name = d.get("scheduler", schedulers.SITE_DEFAULT)
-    missing = [k for k in getattr(schedulers.SCHEDULERS.get(name), "site_requires", ()) if k not in d]
-    if missing:
-        raise UsageError(f"{path}: {', '.join(missing)} is required for scheduler {name}")
     site = Site(**d, path=str(path))
     if not site.python:
         import sys

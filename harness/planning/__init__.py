@@ -1,2 +1,2 @@
-"""Floor 4: the planner's commands: per-layer profiles of this device (profile.py) and
+"""Floor 5: the planner's commands: per-layer profiles of this device (profile.py) and
 `harness plan` (plan.py); the planning itself is results.planner (torch-free)."""
