@@ -104,7 +104,7 @@ def weak(workload: str, size: str, instance_size: int, sets: list[str], device: 
     from mpi4py import MPI
 
     from harness.run import runner
-    from harness.parallel.dist import mpi_rendezvous
+    from harness.parallel.dist import from_env, mpi_rendezvous
 
     comm = MPI.COMM_WORLD
     if instance_size < 1 or comm.size % instance_size:
@@ -112,7 +112,7 @@ def weak(workload: str, size: str, instance_size: int, sets: list[str], device: 
     instance, irank = divmod(comm.rank, instance_size)
     icomm = comm.Split(color=instance, key=irank)
     addr = mpi_rendezvous(icomm)  # each instance is its own process group
-    local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("SLURM_LOCALID", irank)))
+    local = from_env().local_rank  # the launcher's node-local rank: dist.py owns its variables
     # the instance is the data-parallel world: torchrun-style variables take precedence in dist.py
     from staging import INSTANCES_ENV
     os.environ[INSTANCES_ENV] = str(comm.size // instance_size)  # mpi_staging stages for all instances at once
