@@ -122,18 +122,17 @@ def cmd_cell(args) -> int:
     """One array task: the cell's config, with its repeat's baseline record (written by the
     phase-1 array) as the correctness-gate reference. Ingests only when a tracking server is
     configured; otherwise the sweep's dependent ingest job does it."""
-    import json
     import os
 
     from harness.experiments import sweep
-    try:
-        entry = json.loads(Path(args.cells).read_text())[args.index]
-    except (OSError, ValueError, IndexError) as e:
-        raise UsageError(f"cannot read cell {args.index} of {args.cells}: {e}") from None
-    cfg = RunConfig.from_dict(entry["config"])
-    if entry["label"] != "baseline":
-        base = sweep.existing_records(results_root() / "runs", cfg.sweep).get(
-            (entry["baseline_variant"], cfg.repeat))
+    from harness.launch.backend import read_cells
+    cells = read_cells(Path(args.cells))
+    if not 0 <= args.index < len(cells):
+        raise UsageError(f"cannot read cell {args.index} of {args.cells}: it holds {len(cells)} cells")
+    entry = cells[args.index]
+    cfg = RunConfig.from_dict(entry.config)
+    if not entry.is_baseline:
+        base = sweep.existing_records(results_root() / "runs", cfg.sweep).get((entry.baseline_variant, cfg.repeat))
         if base and base[0] == "finished":
             cfg = cfg.with_overrides([f"reference_run={base[1]}"])
     return _execute(cfg, ingest=bool(os.environ.get("MLFLOW_TRACKING_URI")))

@@ -190,14 +190,14 @@ def test_parallel_sweep_cells_and_labels(tmp_path):
     path.write_text("name: p\nworkloads: [lm]\nrepeats: 2\nmatrix: [baseline]\n"
                     "parallel: [{data: ddp}, {data: fsdp}]\nranks: [2, 4]\n")
     cells = sweep.plan_cells(sweep.load(path), "cpu", 1)
-    assert [c["label"] for c in cells[:5]] == ["baseline", "ddp@2", "ddp@4", "fsdp@2", "fsdp@4"]
-    assert all(c["baseline_variant"] == cells[0]["variant"] for c in cells[:5])  # gated against one rank
-    assert [c["config"]["ranks"] for c in cells[:5]] == [1, 2, 4, 2, 4]
+    assert [c.label for c in cells[:5]] == ["baseline", "ddp@2", "ddp@4", "fsdp@2", "fsdp@4"]
+    assert all(c.baseline_variant == cells[0].variant for c in cells[:5])  # gated against one rank
+    assert [c.config["ranks"] for c in cells[:5]] == [1, 2, 4, 2, 4]
     rows = [{"workload": "lm", "size": "tiny", "device": "cpu", "status": "finished",
-             **{f"toggles.{k}": str(v) for k, v in c["config"]["toggles"].items()},
-             **{f"parallel.{k}": str(v) for k, v in c["config"]["parallel"].items()},
-             "ranks": c["config"]["ranks"]} for c in cells[:5]]
-    assert report.label_configs(pd.DataFrame(rows)).tolist() == [c["label"] for c in cells[:5]]
+             **{f"toggles.{k}": str(v) for k, v in c.config["toggles"].items()},
+             **{f"parallel.{k}": str(v) for k, v in c.config["parallel"].items()},
+             "ranks": c.config["ranks"]} for c in cells[:5]]
+    assert report.label_configs(pd.DataFrame(rows)).tolist() == [c.label for c in cells[:5]]
     path.write_text("name: p\nworkloads: [lm]\nparallel: [{data: zero9}]\nranks: [2]\n")
     with pytest.raises(Exception, match=r"p.yaml:3: parallel: parallel.data must be one of"):
         sweep.load(path)

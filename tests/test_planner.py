@@ -204,9 +204,9 @@ def test_written_cell_is_a_sweep_file_the_harness_runs(tmp_path):
     from harness.planning.plan import _cell
     f = tmp_path / "cell.yaml"
     f.write_text(_cell(plan, "lm", "small", 8))
-    (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if c["label"] != "baseline"]
-    par = cell["config"]["parallel"]
-    assert (par["pp"], par["pp_split"], par["microbatches"], cell["config"]["ranks"]) == (2, "4,2", 4, 2)
+    (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if not c.is_baseline]
+    par = cell.config["parallel"]
+    assert (par["pp"], par["pp_split"], par["microbatches"], cell.config["ranks"]) == (2, "4,2", 4, 2)
     assert "rank 0: b, rank 1: a" in f.read_text()
 
 

@@ -55,7 +55,7 @@ def ttt(workload: str, size: str, runs: int, sets: list[str], device: str) -> in
     from rich.console import Console
     from rich.table import Table
 
-    from harness.launch.backend import SweepPlan
+    from harness.launch.backend import Cell, SweepPlan
     from harness.launch.local import LocalBackend
     from results.record import schema
 
@@ -65,7 +65,7 @@ def ttt(workload: str, size: str, runs: int, sets: list[str], device: str) -> in
     base = RunConfig(workload=workload, size=size, mode="ttt", device=device, steps=TTT_STEP_CAP, ranks=1,
                      sweep=sweep_id).with_overrides(sets)
     cfgs = [base.with_overrides([f"seed={base.seed + i}", f"repeat={i}"]) for i in range(runs)]
-    cells = [{"label": "ttt", "config": c.to_dict(), "variant": c.variant_hash(), "baseline_variant": ""} for c in cfgs]
+    cells = [Cell("ttt", c.to_dict(), c.variant_hash()) for c in cfgs]
     print(f"time-to-train campaign {sweep_id}: {runs} runs, seeds {base.seed}..{base.seed + runs - 1}")
     LocalBackend().run_cells(SweepPlan(sweep_id, cells, list(range(runs)), results_root(), python=sys.executable))
     required = registry.get(workload).mlperf_required_runs

@@ -25,6 +25,7 @@ from typing import Any
 
 
 from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief, read_yaml_mapping
+from harness.launch.backend import BASELINE, Cell, read_cells
 from results.record import sweep_ids
 from results.record.labels import config_label, toggle_item
 from results.record import toggles as toggle_decl
@@ -218,7 +219,7 @@ def plan(sweep: Sweep, device: str) -> list[tuple[str, RunConfig]]:
 DONE = ("finished", "fail_accuracy")  # statuses a resumed sweep does not run again
 
 
-def plan_cells(sw: Sweep, device: str, ranks: int) -> list[dict]:
+def plan_cells(sw: Sweep, device: str, ranks: int) -> list[Cell]:
     """Every (label, config) of the sweep, with its variant and its baseline's variant (the
     correctness-gate lookup of `harness cell`), in interleaved order. `ranks` is the
     scheduler's rank count for toggle cells; parallel cells keep their own."""
@@ -227,10 +228,9 @@ def plan_cells(sw: Sweep, device: str, ranks: int) -> list[dict]:
         if cfg.parallel.is_default() and not (sw.ranks and "@" in label):
             cfg = dataclasses.replace(cfg, ranks=ranks)
         key = (cfg.workload, cfg.size)
-        if label == "baseline":
+        if label == BASELINE:
             baseline_of[key] = cfg.variant_hash()
-        cells.append({"label": label, "config": cfg.to_dict(), "variant": cfg.variant_hash(),
-                      "baseline_variant": baseline_of.get(key, "")})
+        cells.append(Cell(label, cfg.to_dict(), cfg.variant_hash(), baseline_of.get(key, "")))
     return cells
 
 
@@ -260,7 +260,6 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
          wait: bool = False) -> int:
     """`harness sweep` (site None: the local scheduler on this machine) and `harness submit
     --site` (the site's scheduler): one planning path, one launcher protocol."""
-    import json
 
     from harness.launch import schedulers
     from harness.launch.backend import SweepPlan, launch, safe
@@ -282,11 +281,11 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
         if not sweep_id:
             raise UsageError(f"no earlier run of sweep {sw.name!r} under {runs_root} to rerun")
         cells_file = results / "sweeps" / safe(sweep_id) / "cells.json"
-        cells = (json.loads(cells_file.read_text()) if cells_file.exists()  # else: a sweep from before cells.json
+        cells = (read_cells(cells_file) if cells_file.exists()  # else: a sweep from before cells.json
                  else plan_cells(dataclasses.replace(sw, name=sweep_id), _device(backend, site), _ranks(backend, site)))
         done = existing_records(runs_root, sweep_id)
         todo = [i for i, c in enumerate(cells)
-                if done.get((c["variant"], c["config"]["repeat"]), ("",))[0] not in DONE]
+                if done.get((c.variant, c.repeat), ("",))[0] not in DONE]
     else:
         # UTC second, then pid and random bits: two sweeps started in one second never share an id
         sweep_id = sweep_ids.new_id(sw.name)

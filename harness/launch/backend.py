@@ -41,11 +41,60 @@ class Job:
     """Names of earlier jobs it starts after, whatever their outcome (Slurm's afterany)."""
 
 
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run slot of a planned sweep (the sweep's word for it; a configuration is its label,
+    and cells.json is the file that holds them). Written to cells.json and read back by every
+    job that runs one (`harness cell FILE I`)."""
+    label: str
+    """The configuration's name, results/record/labels.config_label: baseline, +channels_last, fsdp@2 ..."""
+    config: dict
+    """RunConfig.to_dict() of the run."""
+    variant: str
+    """The config's variant hash (what it measures)."""
+    baseline_variant: str = ""
+    """The variant of its repeat's baseline, whose record its correctness gate reads ("" for none)."""
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.label == BASELINE
+
+    @property
+    def repeat(self) -> int:
+        return self.config["repeat"]
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "config": self.config, "variant": self.variant,
+                "baseline_variant": self.baseline_variant}
+
+    @classmethod
+    def from_json(cls, d, where: str = "cells.json") -> "Cell":
+        """A cell read back; UsageError naming `where` for anything that is not one."""
+        if not isinstance(d, dict) or not isinstance(d.get("label"), str) or not isinstance(d.get("config"), dict) \
+                or not isinstance(d.get("variant"), str) or not isinstance(d.get("baseline_variant", ""), str):
+            raise UsageError(f"{where}: not a sweep cell (label, config, variant, baseline_variant): {str(d)[:80]}")
+        return cls(d["label"], d["config"], d["variant"], d.get("baseline_variant", ""))
+
+
+def read_cells(path: Path) -> list[Cell]:
+    """cells.json as cells; UsageError naming the file when it is unreadable or malformed."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    if not isinstance(raw, list):
+        raise UsageError(f"{path}: expected a list of cells")
+    return [Cell.from_json(d, f"{path}[{i}]") for i, d in enumerate(raw)]
+
+
 @dataclass
 class SweepPlan:
     sweep_id: str
-    cells: list[dict]
-    """{"label", "config" (RunConfig dict), "baseline_variant"} per cell, in interleaved order."""
+    cells: list[Cell]
+    """Every cell of the sweep, in interleaved order."""
     todo: list[int]
     """Cells to run now (all of them, or the unfinished ones on --rerun-failed)."""
     results: Path
@@ -64,6 +113,11 @@ class SweepPlan:
     def logs(self) -> Path:
         return self.results / "slurm" / safe(self.sweep_id)
 
+    def write_cells(self) -> None:
+        """cells.json: every cell, read back by each job (`harness cell FILE I`, read_cells)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.cells_file.write_text(json.dumps([c.to_json() for c in self.cells], indent=1))
+
     def suffix(self) -> str:
         return "-rerun" if self.rerun else ""
 
@@ -77,13 +131,12 @@ class SweepPlan:
     def baseline_cell(self, i: int) -> int | None:
         """Index of the cell whose record cell i's correctness gate reads, if it is planned."""
         c = self.cells[i]
-        if c["label"] == "baseline":
+        if c.is_baseline:
             return None
-        cfg = c["config"]
+        cfg = c.config
         for j, b in enumerate(self.cells):
-            bc = b["config"]
-            if b["label"] == "baseline" and (bc["workload"], bc["size"], bc["repeat"]) == \
-                    (cfg["workload"], cfg["size"], cfg["repeat"]):
+            bc = b.config
+            if b.is_baseline and (bc["workload"], bc["size"], bc["repeat"]) == (cfg["workload"], cfg["size"], cfg["repeat"]):
                 return j
         return None
 
@@ -147,7 +200,7 @@ def launch(backend: Backend, plan: SweepPlan, dry_run: bool = False, wait: bool 
         return 0
     plan.dir.mkdir(parents=True, exist_ok=True)
     if not plan.rerun:
-        plan.cells_file.write_text(json.dumps(plan.cells, indent=1))
+        plan.write_cells()
     ids: dict[str, str] = {}
     try:
         for j in jobs:

@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.launch.backend import Job, SweepPlan
+from harness.launch.backend import Cell, Job, SweepPlan
 from harness.parallel.dist import mpiexec
 from results.record import schema
 from results.record.paths import results_root
@@ -56,7 +56,7 @@ class LocalBackend:
             after = (names[b],) if b in names else ()  # a baseline finished earlier needs no wait
             names[i] = f"cell-{i}"
             command = plan.cell_command(str(i))
-            ranks = plan.cells[i]["config"].get("ranks", 1)
+            ranks = plan.cells[i].config.get("ranks", 1)
             if ranks > 1:  # a multi-rank cell (parallel strategies): its ranks on this machine
                 command = f"{mpiexec()} -n {ranks} {command}"
             jobs.append(Job(names[i], command, plan.dir / f"cell-{i}{plan.suffix()}.sh", (i,), after))
@@ -109,9 +109,9 @@ class LocalBackend:
     def _run_cell(self, i: int, command: str) -> None:
         plan = self._plan
         cell = plan.cells[i]
-        cfg = cell["config"]
+        cfg = cell.config
         bar = self._progress()
-        what = f"{cell['label']} r{cfg['repeat']}"
+        what = f"{cell.label} r{cfg['repeat']}"
         bar.update(self._task, cell=f"{cfg['workload']}/{cfg['size']} {what}")
         env = {**os.environ, "HARNESS_SCHEDULER": self.name, "HARNESS_JOB_ID": f"{plan.sweep_id}#{i}"}
         status, self.stopped_by = _run(command, env, cell, bar.console, what)
@@ -120,9 +120,7 @@ class LocalBackend:
 
     def run_cells(self, plan: SweepPlan) -> list[str]:
         """Only the cells, no ingest job (a time-to-train campaign scores its own runs)."""
-        import json
-        plan.dir.mkdir(parents=True, exist_ok=True)
-        plan.cells_file.write_text(json.dumps(plan.cells, indent=1))
+        plan.write_cells()
         for job in self.render(plan)[:-1]:
             self.submit(job, [])  # cells only: their baselines come first in plan order
         self._close_bar()
@@ -199,13 +197,13 @@ def _status(proc: subprocess.Popen, out: str, err: str, cell: dict, console, wha
     return m.group(1)
 
 
-def _running_records(cell: dict) -> list[Path]:
+def _running_records(cell: Cell) -> list[Path]:
     """Records of this cell (variant, sweep, repeat) still marked running."""
     out = []
-    for d, rec, _ in schema.scan_records(results_root() / "runs", f"{cell['config']['workload']}-"
-                                         f"{cell['config']['size']}-{cell['variant']}-*"):
+    for d, rec, _ in schema.scan_records(results_root() / "runs", f"{cell.config['workload']}-"
+                                         f"{cell.config['size']}-{cell.variant}-*"):
         if rec is not None and rec["status"]["status"] == schema.RUNNING and \
-                rec["config"].get("sweep") == cell["config"]["sweep"] and \
-                rec["config"].get("repeat") == cell["config"]["repeat"]:
+                rec["config"].get("sweep") == cell.config["sweep"] and \
+                rec["config"].get("repeat") == cell.repeat:
             out.append(d)
     return out

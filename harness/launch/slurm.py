@@ -176,8 +176,8 @@ class SlurmBackend:
 
     def render(self, plan: SweepPlan) -> list[Job]:
         max_array = self.site.max_array_size or (self.client.max_array_size() if self.client else 1001)
-        phases = [[i for i in plan.todo if plan.cells[i]["label"] == "baseline"],
-                  [i for i in plan.todo if plan.cells[i]["label"] != "baseline"]]
+        phases = [[i for i in plan.todo if plan.cells[i].is_baseline],
+                  [i for i in plan.todo if not plan.cells[i].is_baseline]]
         jobs: list[Job] = []
         phase1: tuple[str, ...] = ()
         for phase, idx in enumerate(phases):
