@@ -21,7 +21,10 @@ def speedup_label(speedup: float, lo: float, hi: float, verdict: str) -> str:
 
 def paired_label(speedup: float, lo: float, hi: float, pairs: float) -> str:
     """The paired speedup (median of per-repeat ratios, results/stats/paired.py), or '-' without pairs."""
-    return "-" if speedup != speedup else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}] n={int(pairs)}"
+    if speedup != speedup:
+        return "-"
+    ci = "no interval" if lo != lo else f"{lo:.2f}, {hi:.2f}"
+    return f"{speedup:.2f}× [{ci}] n={int(pairs)}"
 
 
 def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figure:

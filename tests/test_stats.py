@@ -103,13 +103,42 @@ def test_paired_speedup_cancels_load_that_hits_both_runs_of_a_repeat():
     """Repeat 1 ran under load (both runs 5-10x slower): the pooled ratio of medians mixes the
     loaded config run with quiet baseline runs, the per-repeat ratio does not."""
     from results.stats.paired import Runs, paired_speedup
-    keys = [("s", "0"), ("s", "1"), ("s", "2")]
-    base = Runs([[10.0] * 5, [100.0] * 5, [10.0] * 5], keys)
-    conf = Runs([[5.0] * 5, [50.0] * 5, [5.0] * 5], keys)
+    keys = [("s", str(i)) for i in range(6)]  # 6 repeats: the median's order-statistics interval applies
+    base = Runs([[10.0] * 5, [100.0] * 5, [10.0] * 5] * 2, keys)
+    conf = Runs([[5.0] * 5, [50.0] * 5, [5.0] * 5] * 2, keys)
     got = paired_speedup(base, conf, n_boot=200)
-    assert got["paired_speedup"] == 2.0 and got["pairs"] == 3
+    assert got["paired_speedup"] == 2.0 and got["pairs"] == 6 and got["paired_method"] == stats.ORDER_STATS
     assert got["paired_lo"] == got["paired_hi"] == 2.0  # every pair says 2x
-    conf_loaded_other = Runs([[5.0] * 5, [50.0] * 5, [50.0] * 5], keys)  # load moved to repeat 2's config run only
+    conf_loaded_other = Runs([[5.0] * 5, [50.0] * 5, [50.0] * 5] * 2, keys)  # load moved to repeats 2 and 5's config runs
     assert paired_speedup(base, conf_loaded_other, n_boot=200)["paired_speedup"] == 2.0
     assert stats.speedup(base, conf_loaded_other, n_boot=200)["speedup"] == pytest.approx(10.0 / 50.0)
     assert paired_speedup(base, Runs([[5.0]], [("other", "0")])) is None  # no shared repeat
+
+
+def test_few_pairs_get_an_interval_valid_at_their_count():
+    """3 pairs: no bootstrap (10 distinct resamples); Student's t on the log ratios, its method named.
+    A/A streams hold 1 in their interval about 95% of the time at 3 pairs (t) and at 8 pairs (order
+    statistics, at least 95%); 1 pair has no interval."""
+    from scipy.stats import t as student_t
+    r = stats.paired_ratio([1.05, 1.11, 1.12], [1.0, 1.0, 1.0])
+    logs = np.log([1.05, 1.11, 1.12])
+    half = student_t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)
+    assert r["method"] == stats.T_LOG
+    assert r["ratio"] == pytest.approx(np.exp(logs.mean()))
+    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((np.exp(logs.mean() - half), np.exp(logs.mean() + half)))
+    rng = np.random.default_rng(3)
+    covered = 0
+    for _ in range(400):  # A/A: the interval covers 1 about 95% of the time, never far less
+        a = stats.paired_ratio(np.exp(0.05 * rng.standard_normal(3)), np.ones(3))
+        covered += a["ci_lo"] <= 1.0 <= a["ci_hi"]
+    assert 0.92 <= covered / 400 <= 0.98, covered
+    covered = 0
+    for _ in range(400):
+        a = stats.paired_ratio(np.exp(0.05 * rng.standard_normal(8)), np.ones(8))
+        assert a["method"] == stats.ORDER_STATS
+        covered += a["ci_lo"] <= 1.0 <= a["ci_hi"]
+    assert covered / 400 >= 0.95, covered  # 8 pairs: [min, max] of the ratios, 99.2% exactly
+    assert stats.median_interval_ranks(8) == (0, 7) and stats.median_interval_ranks(9) == (1, 7)
+    assert stats.median_interval_ranks(5) is None  # [min, max] of 5 covers 93.75% < 95%
+    one = stats.paired_ratio([1.2], [1.0])
+    assert one["method"] == stats.NO_INTERVAL and one["ci_lo"] != one["ci_lo"]

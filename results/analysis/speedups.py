@@ -163,12 +163,12 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     table = pd.DataFrame(out)
     for col in SPEEDUP_FIGURES:  # present even when no configuration finished (an all-failed sweep)
         if col not in table:
-            table[col] = float("nan") if col != "verdict" else None
+            table[col] = float("nan") if col not in ("verdict", "paired_method") else None
     return table
 
 
 SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict",
-                   "paired_speedup", "paired_lo", "paired_hi", "pairs")
+                   "paired_speedup", "paired_lo", "paired_hi", "pairs", "paired_method")
 
 
 def repeat_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -311,7 +311,9 @@ def verdict_line(r) -> str:
 
 
 def _fmt(v, lo, hi) -> str:
-    return "" if pd.isna(v) else f"{v:.2f}x [{lo:.2f}, {hi:.2f}]"
+    if pd.isna(v):
+        return ""
+    return f"{v:.2f}x [no interval]" if pd.isna(lo) else f"{v:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
 def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
@@ -330,7 +332,8 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
     df = df[df.get("sweep", pd.Series(dtype=str)) == sweep] if not df.empty else df
     table = speedup_table(df)
     t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI; "
-                    "paired = median over repeats of the same ratio within each repeat")
+                    "paired = the same ratio within each repeat, over repeats: median with its order-statistics "
+                    f"CI from {stats.MIN_ORDER_PAIRS} pairs, (t) = geometric mean with Student's t on the log ratios below")
     for col in ("workload", "size", "device", "config", "runs", "status", "median step (ms)",
                 "speedup [95% CI]", "paired [95% CI] n=pairs", "verdict / reason", "stability"):
         t.add_column(col)
@@ -340,7 +343,7 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
         ms = "" if pd.isna(r.get("median_step_ms")) else f"{r['median_step_ms']:.1f}"
         note = r.get("verdict") if isinstance(r.get("verdict"), str) else ""
         t.add_row(r["workload"], r["size"], r["device"], r["config"], str(r["runs"]), r["status"], ms, sp,
-                  pair_txt and f"{pair_txt} n={int(r['pairs'])}", note or r.get("reason", ""), r.get("stability") if isinstance(r.get("stability"), str) else "")
+                  pair_txt and f"{pair_txt} n={int(r['pairs'])}" + (" (t)" if r.get("paired_method") == stats.T_LOG else ""), note or r.get("reason", ""), r.get("stability") if isinstance(r.get("stability"), str) else "")
     console = Console(width=240)  # wide enough that a reason stays on one line in a log
     console.print(t)
     attr = attribution_table(df)

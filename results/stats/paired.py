@@ -24,8 +24,10 @@ class Runs(list):
 
 
 def paired_speedup(base: Runs, config: Runs, n_boot: int = stats.N_BOOT) -> dict | None:
-    """Median over repeats of (baseline run's median step / the same repeat's config run's
-    median step), with a bootstrap CI over the pairs (results/stats.paired_ratio): load that
+    """Per repeat, baseline run's median step / the same repeat's config run's median step,
+    summarised over the repeats with an interval valid at their count (results/stats/estimators
+    paired_ratio: the median with its order-statistics interval from 6 pairs, t on log ratios
+    below, the method named): load that
     comes and goes between repeats hits both runs of a pair and cancels in their ratio, where
     the pooled ratio of medians mixes quiet and loaded runs. None without a shared repeat."""
     b = {k: float(np.median(r)) for k, r in zip(base.keys, base)}
@@ -34,4 +36,4 @@ def paired_speedup(base: Runs, config: Runs, n_boot: int = stats.N_BOOT) -> dict
         return None
     got = stats.paired_ratio([p[0] for p in pairs], [p[1] for p in pairs], n_boot=n_boot)
     return {"paired_speedup": got["ratio"], "paired_lo": got["ci_lo"], "paired_hi": got["ci_hi"],
-            "pairs": len(pairs)}
+            "pairs": len(pairs), "paired_method": got["method"]}
