@@ -143,6 +143,15 @@ def _execute(cfg: RunConfig, ingest: bool) -> int:
     out = runner.execute(cfg)
     if out.dir is None:  # not rank 0
         return 0
+    if out.status == "finished":  # what it measured, before where it is
+        from results.analysis.run_report import describe
+        from results.record import schema
+        try:
+            lines = describe(schema.read_record(out.dir, with_metrics=True))
+        except schema.RecordError:
+            lines = []
+        for line in lines:
+            print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     print(f"{out.status}: {out.run_id} ({out.dir})" + (f": {out.reason}" if out.reason else ""))
     if ingest:
         problem = runner.ingest_quietly(out.dir, results_root())

@@ -20,6 +20,11 @@ from tests.conftest import REPO, harness, run_dirs
 def tiny_run(env):
     p = harness(env, "run", "cosmoflow", "--set", "steps=5", "--set", "warmup_steps=2", "--no-ingest")
     assert p.returncode == 0, p.stderr
+    # what it measured, then where the record is (5 steps: too few for the median's interval)
+    first, last = p.stdout.strip().splitlines()[-2:]
+    assert first.startswith("cosmoflow/tiny on cpu: median step ") and "(no interval: < 6 steps), 5 steps" in first
+    assert "samples/s" in first and ("; stable" in first or "; unstable: " in first)
+    assert last.startswith("finished: ")
     (d,) = run_dirs(env)
     return d
 

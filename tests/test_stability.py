@@ -79,6 +79,9 @@ def test_a_run_records_the_machine_and_names_the_load(env):
     assert {b["pid"] for b in start["busiest"]} & {p.pid for p in procs}  # the burners named by pid
     reasons = stability.run_reasons(pd.Series(summary))
     assert reasons and reasons[0].startswith("other processes used")
+    # `harness run` says so itself, as a sweep does: the figures, then the warning naming the load
+    assert "median step" in p.stdout and "samples/s" in p.stdout and "unstable: other processes used" in p.stdout
+    assert any(x.startswith("warning: this run measured unstable (other processes used") for x in p.stderr.splitlines())
 
 
 def test_a_sweep_under_load_ends_with_the_warning(env, tmp_path):

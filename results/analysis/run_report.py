@@ -1,0 +1,48 @@
+"""What one run measured, in the words `harness run` prints: median step with its interval,
+throughput, MFU, the stability verdict with its cause, and the warning a sweep would print.
+Pure (pandas, numpy): the CLI calls it with the record it just wrote."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from results.stats import estimators as stats
+from results.stats import stability
+
+
+def steady_steps(rec: dict) -> list[float]:
+    return [m["step_s"] for m in rec.get("metrics", []) if m.get("kind") == "step" and m.get("phase") == "steady"]
+
+
+def median_with_interval(samples: list[float]) -> tuple[float, float, float]:
+    """The median step and its distribution-free 95% interval from order statistics (NaN bounds
+    with fewer than 6 steps). Steps of one run are not independent draws (the machine drifts), so
+    this is the interval of this run's median, not of the configuration's: repeats say that."""
+    a = np.sort(np.asarray(samples, dtype=float))
+    ranks = stats.median_interval_ranks(a.size) if a.size >= stats.MIN_ORDER_PAIRS else None
+    med = float(np.median(a))
+    return (med, float(a[ranks[0]]), float(a[ranks[1]])) if ranks else (med, float("nan"), float("nan"))
+
+
+def describe(rec: dict) -> list[str]:
+    """Lines for a finished run: what it measured, and a warning when the machine was not quiet."""
+    s, cfg = rec["summary"], rec["config"]
+    steps = steady_steps(rec)
+    if not steps:
+        return []
+    med, lo, hi = median_with_interval(steps)
+    ci = f"[{1e3 * lo:.1f}, {1e3 * hi:.1f}] 95%" if lo == lo else "(no interval: < 6 steps)"
+    parts = [f"{cfg.get('workload')}/{cfg.get('size')} on {cfg.get('device')}: median step {1e3 * med:.1f} ms {ci}, "
+             f"{len(steps)} steps"]
+    if isinstance(s.get("samples_per_s"), (int, float)):
+        parts.append(f"{s['samples_per_s']:.1f} samples/s")
+    mfu = s.get("mfu_measured_pct")
+    if isinstance(mfu, (int, float)):
+        parts.append(f"MFU {mfu:.1f}% of this device's measured peak")
+    verdict = stability.verdict(pd.DataFrame([s]), [steps])
+    lines = [", ".join(parts) + f"; {verdict}"]
+    if verdict != stability.STABLE:
+        cause = verdict.removeprefix("unstable: ").split("; ")[0]
+        lines.append(f"warning: this run measured unstable ({cause}): its numbers can't be trusted; "
+                     "`python -m harness doctor` says what is loading the machine")
+    return lines
