@@ -44,7 +44,11 @@ def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figu
                                                        array=(g["ci_hi"] - g["speedup"]).tolist(),
                                                        arrayminus=(g["speedup"] - g["ci_lo"]).tolist()),
                         text=[speedup_label(*r) for r in zip(g["speedup"], g["ci_lo"], g["ci_hi"], g["verdict"])],
-                        textposition="middle right", hovertemplate="%{x}: %{text}<extra></extra>")
+                        # the baseline's label above the dashed 1.0 line, not on it; the rightmost
+                        # configuration's to the left of its point, so the plot edge never cuts it
+                        textposition=["top center" if base else ("middle left" if c == order[-1] and len(order) > 1
+                                                                 else "middle right") for c in g["config"]],
+                        cliponaxis=False, hovertemplate="%{x}: %{text}<extra></extra>")
     dots = repeats[repeats["config"].isin(order)]
     if len(dots):
         fig.add_scatter(x=dots["config"].tolist(), y=dots["speedup"].tolist(), mode="markers", name="one repeat",
@@ -56,7 +60,7 @@ def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figu
     fig.update_yaxes(type="log", range=[-math.log10(span), math.log10(span)], tickvals=ticks,
                      ticktext=[f"{v:g}×" for v in ticks], title="speedup over baseline (log scale)")
     fig.update_xaxes(categoryorder="array", categoryarray=order)
-    fig.update_layout(title=title, height=420, margin=dict(t=50, b=40), legend_title_text="verdict")
+    fig.update_layout(title=title, height=420, margin=dict(t=50, b=40, r=40), legend_title_text="verdict")
     return fig
 
 

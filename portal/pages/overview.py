@@ -42,7 +42,7 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
                                                                  t["pairs"])],
         "paired interval": t["paired_method"].fillna("-") if "paired_method" in t else "-",
         "verdict": t["verdict"].fillna("-"), "median step (ms)": t["median_step_ms"].round(1),
-        "baseline median step (ms)": float(base_ms.iloc[0]) if len(base_ms) and base_ms.notna().all() else None,
+        "baseline median step (ms)": round(float(base_ms.iloc[0]), 1) if len(base_ms) and base_ms.notna().all() else None,
         "runs": t["runs"], "status": t["status"],
         "stability": t["stability"].fillna("-") if "stability" in t else "-"})
     st.dataframe(numbers, hide_index=True, width="stretch")
