@@ -85,7 +85,7 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert numbers.loc["baseline", "paired [95% CI]"] == "-"
     for config in want.index:  # the stability verdict, as results judges it from the same records
         assert numbers.loc[config, "stability"] == want.loc[config, "stability"]
-        assert want.loc[config, "stability"] == "stable" or want.loc[config, "stability"].startswith("unstable: ")
+        assert want.loc[config, "stability"] == "stable" or want.loc[config, "stability"].startswith(("noisy: ", "disturbed: "))
     # the unsupported configuration has no point but its reason is listed
     reasons = at.dataframe[1].value
     assert list(reasons["config"]) == ["+cuda_graphs"] and "CUDA" in reasons["reason"].iloc[0]

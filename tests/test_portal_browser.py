@@ -83,7 +83,7 @@ def _expected_text(root: Path) -> dict[str, list[str]]:
     sha = report.records_frame(root / "runs")["git_sha"].dropna().iloc[0]
     return {
         "overview": ["Overview: what each optimization buys", "cosmoflow / tiny on cpu",
-                     "Stability: 'unstable' names why"],
+                     "Stability: 'disturbed' names why"],
         "ablation": ["+cuda_graphs: no bar, unsupported:"],
         "runs": [f"{len(df)} of {len(df)} runs, newest first"],
         "run_detail": ["median step (ms)", "download config.json"],

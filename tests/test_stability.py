@@ -21,15 +21,18 @@ def test_thresholds_and_reasons():
                          {"others_cpu_frac": 0.45, "cpus": 2, "load_1m_end": 4.5, "steal_frac": 0.07, "cv_step": 0.31}])
     assert stability.verdict(rows.iloc[:1]) == stability.STABLE
     v = stability.verdict(rows)  # the worst run's figures, one line per cause
-    assert v == ("unstable: other processes used 45% of the 2 CPUs during the run, load average 4.5 at its end; "
+    assert v == ("disturbed: other processes used 45% of the 2 CPUs during the run, load average 4.5 at its end; "
                  "the hypervisor took 7% of CPU time (steal); step times vary 31% within a run (CV above pyperf's 10%)")
     spread = stability.verdict(rows.iloc[:1], [[0.010] * 5, [0.0125] * 5])
-    assert spread == "unstable: repeat medians differ by 25% (10.0 to 12.5 ms)"
+    assert spread == "disturbed: repeat medians differ by 25% (10.0 to 12.5 ms)"
+    noisy = stability.verdict(pd.DataFrame([{"others_cpu_frac": 0.02, "cpus": 2, "steal_frac": 0.0, "cv_step": 0.2}]))
+    assert noisy == "noisy: step times vary 20% within a run (CV above pyperf's 10%)"  # measured, not suspect
     assert stability.verdict(pd.DataFrame([{"status": "finished"}])) == stability.STABLE  # old records: nothing to judge
-    table = pd.DataFrame({"config": ["baseline", "+x"], "stability": [stability.STABLE, v]})
-    assert stability.warning(table) == ("warning: 1 of 2 configurations measured unstable (other processes used 45% "
-                                        "of the 2 CPUs during the run, load average 4.5 at its end): these speedups "
-                                        "can't be trusted; rerun on a quiet machine")
+    table = pd.DataFrame({"config": ["baseline", "+x", "+y"], "stability": [stability.STABLE, v, noisy]})
+    assert stability.warning(table) == ("warning: 1 of 3 configurations measured on a disturbed machine (other "
+                                        "processes used 45% of the 2 CPUs during the run, load average 4.5 at its "
+                                        "end): these speedups can't be trusted; rerun on a quiet machine")
+    assert stability.warning(table.iloc[[0, 2]]) is None  # noisy but measured: no warning
 
 
 def test_the_store_judges_from_the_same_figures_as_the_records(tmp_path):
@@ -80,8 +83,9 @@ def test_a_run_records_the_machine_and_names_the_load(env):
     reasons = stability.run_reasons(pd.Series(summary))
     assert reasons and reasons[0].startswith("other processes used")
     # `harness run` says so itself, as a sweep does: the figures, then the warning naming the load
-    assert "median step" in p.stdout and "samples/s" in p.stdout and "unstable: other processes used" in p.stdout
-    assert any(x.startswith("warning: this run measured unstable (other processes used") for x in p.stderr.splitlines())
+    assert "median step" in p.stdout and "samples/s" in p.stdout and "disturbed: other processes used" in p.stdout
+    assert any(x.startswith("warning: this run was measured on a disturbed machine (other processes used")
+               for x in p.stderr.splitlines())
 
 
 def test_a_sweep_under_load_ends_with_the_warning(env, tmp_path):
@@ -97,8 +101,8 @@ def test_a_sweep_under_load_ends_with_the_warning(env, tmp_path):
         p = harness(env, "sweep", str(sweep))
     assert p.returncode == 0, p.stderr
     last = p.stdout.strip().splitlines()[-1]
-    assert last.startswith("warning: 1 of 1 configurations measured unstable (other processes used"), last
-    assert "unstable:" in p.stdout  # the summary table's stability column
+    assert last.startswith("warning: 1 of 1 configurations measured on a disturbed machine (other processes used"), last
+    assert "disturbed:" in p.stdout  # the summary table's stability column
     assert Path(env["HARNESS_RESULTS"], "runs").is_dir()
 
 

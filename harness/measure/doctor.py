@@ -3,7 +3,7 @@ to do about it (pyperf's `system show`, for this harness's runs). Linux /proc an
 a check whose source is unreadable says so instead of guessing.
 
 Thresholds are the stability verdict's (results/stats/stability.py), so the doctor warns about what
-would make a run's verdict unstable: other processes above 10% of the CPUs, steal above 5%.
+would make a run's verdict disturbed: other processes above 10% of the CPUs, steal above 5%.
 """
 from __future__ import annotations
 

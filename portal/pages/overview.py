@@ -22,8 +22,9 @@ repeats = data.repeat_speedups(view)
 st.caption("speedup = median(baseline step time) / median(configuration step time), on a log axis (0.5× as far "
            "below 1 as 2× above). Bars are bootstrap 95% CIs over runs and steps; small dots are single repeats. "
            "Failed, unsupported and fail_accuracy configurations have no point; their reasons are listed below. "
-           "Stability: 'unstable' names why a configuration's numbers can't be trusted (step-time CV above 10%, "
-           "other processes above 10% of the CPUs, steal above 5%, repeat medians more than 1.10x apart).")
+           "Stability: 'disturbed' names why a configuration's numbers can't be trusted (other processes above "
+           "10% of the CPUs, steal above 5%, repeat medians more than 1.10x apart); 'noisy' means step times "
+           "vary more than 10% within a run with nothing else wrong: measured, and its interval says how well.")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} / {size} on {device}")
     if t["speedup"].notna().any():

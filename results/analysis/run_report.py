@@ -41,8 +41,8 @@ def describe(rec: dict) -> list[str]:
         parts.append(f"MFU {mfu:.1f}% of this device's measured peak")
     verdict = stability.verdict(pd.DataFrame([s]), [steps])
     lines = [", ".join(parts) + f"; {verdict}"]
-    if verdict != stability.STABLE:
-        cause = verdict.removeprefix("unstable: ").split("; ")[0]
-        lines.append(f"warning: this run measured unstable ({cause}): its numbers can't be trusted; "
-                     "`python -m harness doctor` says what is loading the machine")
+    if stability.kind(verdict) == stability.DISTURBED:
+        cause = verdict.removeprefix(f"{stability.DISTURBED}: ").split("; ")[0]
+        lines.append(f"warning: this run was measured on a disturbed machine ({cause}): its numbers can't be "
+                     "trusted; `python -m harness doctor` says what is loading the machine")
     return lines

@@ -383,7 +383,7 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
 
 
 def stability_warning(runs_root: Path, sweep: str) -> str | None:
-    """The sweep's one-line warning when any configuration measured unstable (no bootstrap)."""
+    """The sweep's one-line warning when any configuration was measured disturbed (no bootstrap)."""
     df = records_frame(runs_root)
     if df.empty or "sweep" not in df:
         return None

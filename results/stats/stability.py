@@ -1,6 +1,12 @@
 """Stability verdict: can a configuration's numbers be trusted, and if not, why.
 
-A configuration is unstable when any of its runs, or its repeats together, crossed one of:
+Two kinds of trouble, told apart because they call for different answers:
+- noisy: step times vary more than 10% within a run (CV_MAX) and nothing else is wrong. This VM's
+  own noise does that with nothing else running; the figure is still measured, and its interval
+  says how precisely. Reported, not warned about.
+- disturbed: other processes took the CPUs, the hypervisor stole time, or repeat medians drifted
+  apart. The figures are suspect: the sweep ends with a warning naming the cause.
+The thresholds:
 - CV_MAX: steady step times' standard deviation above 10% of their mean (pyperf's warning).
 - OTHERS_MAX: other processes used more than 10% of the machine's CPU time during the run
   (harness/measure/machine_state.py). Our runs use every core; a competitor taking a tenth of them can
@@ -19,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 CV_MAX, OTHERS_MAX, STEAL_MAX, SPREAD_MAX = 0.10, 0.10, 0.05, 1.10
-STABLE = "stable"
+STABLE, NOISY, DISTURBED = "stable", "noisy", "disturbed"
 # the summary figures a verdict reads: a store (results/store/ingest.py) must carry them all, or the
 # portal judges from fewer causes than the CLI does from the records
 RUN_FIGURES = ("cv_step", "others_cpu_frac", "steal_frac", "cpu_per_wall", "cpus", "load_1m_start", "load_1m_end")
@@ -51,8 +57,10 @@ def run_reasons(row: pd.Series) -> list[str]:
 
 
 def verdict(rows: pd.DataFrame, runs: Sequence[Sequence[float]] | None = None) -> str:
-    """'stable', or 'unstable: <reasons>' for one configuration: its runs' rows (summary
-    columns) and, when given, their raw steady step times (for the spread of repeat medians)."""
+    """'stable', 'noisy: <why>' (within-run variation alone: measured, see its interval) or
+    'disturbed: <reasons>' (load, steal or drift between repeats: suspect) for one configuration:
+    its runs' rows (summary columns) and, when given, their raw steady step times (for the
+    spread of repeat medians)."""
     reasons: list[str] = []
     for key, prefix in (("others_cpu_frac", "other processes"), ("steal_frac", "the hypervisor"),
                         ("cv_step", "step times")):  # per cause, the figures of the run worst hit
@@ -63,16 +71,26 @@ def verdict(rows: pd.DataFrame, runs: Sequence[Sequence[float]] | None = None) -
     if len(meds) > 1 and max(meds) / min(meds) > SPREAD_MAX:
         reasons.append(f"repeat medians differ by {max(meds) / min(meds) - 1:.0%} ({min(meds) * 1e3:.1f} to "
                        f"{max(meds) * 1e3:.1f} ms)")
-    return STABLE if not reasons else "unstable: " + "; ".join(reasons)
+    if not reasons:
+        return STABLE
+    disturbed = any(not r.startswith("step times") for r in reasons)
+    return f"{DISTURBED if disturbed else NOISY}: " + "; ".join(reasons)
+
+
+def kind(v) -> str:
+    """stable, noisy or disturbed, from a verdict string (anything else: stable)."""
+    v = v if isinstance(v, str) else ""
+    return DISTURBED if v.startswith(DISTURBED) else NOISY if v.startswith(NOISY) else STABLE
 
 
 def warning(table: pd.DataFrame) -> str | None:
-    """One line for the end of a sweep when its numbers can't be trusted, else None."""
+    """One line for the end of a sweep when a configuration was measured on a disturbed machine,
+    else None. Noisy-but-measured configurations get no warning: their intervals carry the noise."""
     if table.empty or "stability" not in table:
         return None
-    bad = table[table["stability"].fillna(STABLE).astype(str).str.startswith("unstable")]
+    bad = table[[kind(v) == DISTURBED for v in table["stability"]]]
     if bad.empty:
         return None
-    first = bad["stability"].iloc[0].removeprefix("unstable: ").split("; ")[0]
-    return (f"warning: {len(bad)} of {len(table)} configurations measured unstable ({first}): these speedups "
-            "can't be trusted; rerun on a quiet machine")
+    first = bad["stability"].iloc[0].removeprefix(f"{DISTURBED}: ").split("; ")[0]
+    return (f"warning: {len(bad)} of {len(table)} configurations measured on a disturbed machine ({first}): these "
+            "speedups can't be trusted; rerun on a quiet machine")
