@@ -8,6 +8,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from results.stats.estimators import T_LOG
+
 VERDICT_COLORS = {"faster": "#2e7d32", "slower": "#c62828", "within noise": "#9e9e9e", "baseline": "#1565c0"}
 
 
@@ -19,12 +21,13 @@ def speedup_label(speedup: float, lo: float, hi: float, verdict: str) -> str:
     return "1.00× reference" if verdict == "baseline" else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}]"
 
 
-def paired_label(speedup: float, lo: float, hi: float, pairs: float) -> str:
-    """The paired speedup (median of per-repeat ratios, results/stats/paired.py), or '-' without pairs."""
+def paired_label(speedup: float, lo: float, hi: float, pairs: float, method=None) -> str:
+    """The paired speedup (per-repeat ratios, results/stats/paired.py) with its interval and, when
+    it is Student's t on the log ratios (fewer than 6 pairs), ' (t)' as in the CLI; '-' without pairs."""
     if speedup != speedup:
         return "-"
     ci = "no interval" if lo != lo else f"{lo:.2f}, {hi:.2f}"
-    return f"{speedup:.2f}× [{ci}] n={int(pairs)}"
+    return f"{speedup:.2f}× [{ci}] n={int(pairs)}" + (" (t)" if method == T_LOG else "")
 
 
 def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figure:

@@ -80,8 +80,8 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert numbers["baseline median step (ms)"].iloc[0] == round(want.loc["baseline", "median_step_ms"], 1)  # shown as the other steps are
     from portal.charts import paired_label
     assert numbers.loc["+dali", "paired [95% CI]"] == paired_label(*want.loc["+dali", ["paired_speedup", "paired_lo",
-                                                                                      "paired_hi", "pairs"]])
-    assert numbers.loc["+dali", "paired [95% CI]"].endswith("n=2")  # 2 repeats, each a pair
+                                                                                      "paired_hi", "pairs", "paired_method"]])
+    assert numbers.loc["+dali", "paired [95% CI]"].endswith("n=2 (t)")  # 2 repeats, each a pair: Student's t
     assert numbers.loc["baseline", "paired [95% CI]"] == "-"
     for config in want.index:  # the stability verdict, as results judges it from the same records
         assert numbers.loc[config, "stability"] == want.loc[config, "stability"]

@@ -134,9 +134,9 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
         pooled = charts.speedup_label(r["speedup"], r["ci_lo"], r["ci_hi"], r["verdict"]) if r["speedup"] == r["speedup"] else "-"
         assert row[cols["speedup [95% CI]"]] == pooled, config
         assert row[cols["paired [95% CI]"]] == charts.paired_label(r["paired_speedup"], r["paired_lo"], r["paired_hi"],
-                                                                    r["pairs"]), config
+                                                                    r["pairs"], r["paired_method"]), config
         assert row[cols["stability"]] == (r["stability"] if isinstance(r["stability"], str) else "-"), config
-    assert rows["+channels_last"][cols["paired [95% CI]"]].endswith(" n=2")  # two repeats, two pairs
+    assert rows["+channels_last"][cols["paired [95% CI]"]].endswith(" n=2 (t)")  # two repeats, two pairs: t
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")

@@ -114,7 +114,7 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
     assert sorted(statuses[(True, False)]) == [(0, "finished"), (1, "finished")]
     assert sorted(statuses[(False, True)]) == [(0, "unsupported"), (1, "unsupported")]
     assert "ingested 6 new records" in p.stdout
-    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline", "paired = median"):
+    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline", "paired = the same ratio"):
         assert text in p.stdout
     # the paired speedup: each repeat's baseline run against the same repeat's +channels_last run
     runs_root = Path(env["HARNESS_RESULTS"], "runs")
@@ -133,8 +133,8 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
             med[(cfg["toggles"]["channels_last"], cfg["repeat"])] = float(np.median(samples))
     ratios = [med[(False, r)] / med[(True, r)] for r in (0, 1)]
     row = table.loc["+channels_last"]
-    assert row["pairs"] == 2
-    assert row["paired_speedup"] == pytest.approx(float(np.median(ratios)))
+    assert row["pairs"] == 2 and row["paired_method"] == "t on log ratios"  # 2 pairs: geometric mean, Student's t
+    assert row["paired_speedup"] == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
     assert row["paired_lo"] <= row["paired_speedup"] <= row["paired_hi"]
     assert pd.isna(table.loc["+cuda_graphs"].get("paired_speedup"))  # unsupported: nothing to pair
 

@@ -40,8 +40,7 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
         "speedup [95% CI]": [charts.speedup_label(*r) if r[0] == r[0] else "-"
                              for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])],
         "paired [95% CI]": [charts.paired_label(*r) for r in zip(t["paired_speedup"], t["paired_lo"], t["paired_hi"],
-                                                                 t["pairs"])],
-        "paired interval": t["paired_method"].fillna("-") if "paired_method" in t else "-",
+                                                                 t["pairs"], t["paired_method"])],
         "verdict": t["verdict"].fillna("-"), "median step (ms)": t["median_step_ms"].round(1),
         "baseline median step (ms)": round(float(base_ms.iloc[0]), 1) if len(base_ms) and base_ms.notna().all() else None,
         "runs": t["runs"], "status": t["status"],
