@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import sys
 from pathlib import Path
 
@@ -181,7 +180,8 @@ def cmd_profile(args) -> int:
     import torch
     d = layer_profile.run(args.workload, args.size, mbs, args.repeats, args.cpus,
                           args.threads or torch.get_num_threads(), results_root(), args.cell_s)
-    s = json.loads((d / "summary.json").read_text())
+    from results.record import schema
+    s = schema.read_record(d)["summary"]  # the one validating reader
     for kind, rows in s["layers"].items():
         print(f"{kind:<10} " + "  ".join(f"mb{r['microbatch']}: fwd {1e3 * r['fwd_s']:.2f} bwd {1e3 * r['bwd_s']:.2f} ms"
                                          for r in rows))

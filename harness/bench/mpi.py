@@ -24,6 +24,7 @@ from harness.run import data
 from harness.config import registry
 from harness.config.run_config import RunConfig
 import numpy as np
+from results.record import schema
 from results.record.paths import REPO_ROOT
 from harness.parallel.dist import mpiexec
 
@@ -147,7 +148,7 @@ def staging_throughput(workload: str = "cosmoflow", size: str = "small", repeats
 
 def _samples_per_s(results: Path) -> float:
     (run,) = list((results / "runs").glob("*"))
-    summary = json.loads((run / "summary.json").read_text())
+    summary = schema.read_record(run)["summary"]  # the one validating reader
     shutil.rmtree(results / "runs")
     return summary["samples_per_s"]
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from results.record import schema
+
 MAX_BYTES = 1 << 20  # an inventory is a few lines; refuse anything that could be an alias bomb
 DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency")
 LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us")
@@ -98,7 +100,7 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
                 raise PlanError(f"{where}: give a measured profile or a peak_tflops estimate, not both")
             path = Path(str(dev["profile"]))
             path = path if path.is_absolute() or base is None else base / path
-            if not (path / "summary.json").exists():
+            if not (path / schema.SUMMARY).exists():
                 raise PlanError(f"{where}: profile {dev['profile']} is not a profile record (harness profile writes them)")
             devices.append(DeviceKind(dev["kind"], count, mem, profile=path))
         else:
