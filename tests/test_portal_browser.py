@@ -170,9 +170,17 @@ def test_every_page_on_a_folder_without_a_store_writes_nothing(tmp_path):
     for sub in ("comm", "profiles", "plans"):
         (only / sub).mkdir(parents=True)
     before = _tree(only)
+    # what each page must say there: the store-backed pages name the missing store and that the
+    # portal creates none; Collectives and Planner say they have no records of their own yet
+    says = {"collectives": "No collectives records yet", "planner": "No plans yet"}
     for root in (absent, only):
         with serve(root) as url, _browser_page() as page:
             for name in ["overview", *[p for p in pages if p != "overview"]]:
-                _open(page, f"{url}/{'' if name == 'overview' else name}", f"nostore-{root.name}-{name}", HEADING)
+                body = _open(page, f"{url}/{'' if name == 'overview' else name}", f"nostore-{root.name}-{name}",
+                             HEADING)
+                want = says.get(name, f"No MLflow store at {root / 'mlflow.db'}")
+                assert want in body, (root.name, name, body[:500])
+                if name not in says:
+                    assert "the portal is read-only and creates none" in body, (root.name, name)
     assert not absent.exists()
     assert _tree(only) == before

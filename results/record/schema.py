@@ -3,6 +3,7 @@ and results/ (ingest, portal). Pure Python: no torch, no harness import."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -59,7 +60,6 @@ CONFIG_KEYS = {"run": RUN_CONFIG_KEYS, COMM_KIND: {"run_id": str},
 
 
 def _number(v: Any) -> bool:
-    import math
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
