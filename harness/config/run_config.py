@@ -29,7 +29,9 @@ RUN_MODES = ("throughput", "ttt")
 DEVICES = ("cpu", "cuda")
 TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/record/toggles.py
 # Fields that label a run but do not change what it measures: kept out of the variant hash.
-LABEL_FIELDS = ("sweep", "repeat", "reference_run")
+# The interleaved engine's sampling settings (how long and how finely a ratio was sampled) are
+# labels too: an interleaved +channels_last run measures what a plain one does.
+LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "precision", "budget_s", "block_s")
 
 
 def _check_toggles(self) -> None:
@@ -104,6 +106,17 @@ class RunConfig:
     """Dataset directory; empty = data/<workload>/<size>-d<data_seed> under the repo."""
     toggles: Toggles = field(default_factory=Toggles)
     parallel: Parallel = field(default_factory=Parallel)
+    interleave: bool = False
+    """Measure against the toggles-off configuration in the same process, alternating blocks of
+    steps (A B B A ...) until the speedup's 95% CI half-width reaches `precision` or `budget_s`
+    runs out (harness/run/interleave.py); single-rank throughput runs with a toggle on. `steps`
+    is then the cap per side. Not hashed."""
+    precision: float = 0.03
+    """Interleaved: target half-width of the speedup's 95% CI, relative (0.03 = +-3%). Not hashed."""
+    budget_s: float = 30.0
+    """Interleaved: seconds of interleaved sampling per process before it stops unfinished. Not hashed."""
+    block_s: float = 0.2
+    """Interleaved: the least seconds one block of steps lasts (its step count is set from warm-up). Not hashed."""
     sweep: str = ""
     """Label: the sweep this run belongs to (not hashed)."""
     repeat: int = 0
@@ -133,6 +146,12 @@ class RunConfig:
         if self.threads > cpus:  # torch's OpenMP pool segfaulted (exit 139, no output) at 100000
             raise UsageError(f"threads must be 0 (one per core) or 1..{cpus}: this machine has {cpus} CPUs; "
                              f"got {brief(self.threads)}")
+        for name, lo, hi in (("precision", 0.001, 0.5), ("budget_s", 1.0, 86400.0), ("block_s", 0.001, 60.0)):
+            v = getattr(self, name)
+            if isinstance(v, int):
+                object.__setattr__(self, name, float(v))
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
+                raise UsageError(f"{name} must be a number in {lo:g}..{hi:g}; got {brief(v)}")
         if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
             raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
         if not 1 <= self.seed <= SEED_MAX:

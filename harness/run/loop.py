@@ -97,22 +97,28 @@ class _Run:
     eval_batch: int       # equal on every rank (uneven data parallel trains unequal local batches)
 
 
-def train(cfg: RunConfig, workload, rec, dist: DistInfo) -> None:
-    """Run one configuration, filling `rec` (steps, evals, info, MLLOG)."""
+def train(cfg: RunConfig, workload, rec, dist: DistInfo, engine=None) -> None:
+    """Run one configuration, filling `rec` (steps, evals, info, MLLOG). `engine` (the interleaved
+    A/B engine, harness/run/interleave.py) builds its other side in the init phase and replaces
+    the timed steps; None = the plain loop."""
     ml = rec.mllog
     ml.event(K.CACHE_CLEAR, False)  # page cache is not dropped (needs privileges); said so honestly
     ml.start(K.INIT_START)
     run, loader = _init(cfg, workload, rec, dist)
+    if engine is not None:
+        engine.prepare(run, loader, rec)
     ml.end(K.INIT_STOP)
     run_start, run_start_pc = time.time(), now()
     ml.start(K.RUN_START)
     rec.info["run_start_ms"] = int(run_start * 1000)
     status, converged, epoch = "aborted", False, 0
     try:
-        converged, epoch = _steps(run, loader, rec, run_start, run_start_pc)
+        converged, epoch = (engine.steps if engine else _steps)(run, loader, rec, run_start, run_start_pc)
         status = "success" if converged or cfg.mode == "throughput" else "aborted"  # throughput runs are not judged on convergence
     finally:
         loader.close()
+        if engine is not None:
+            engine.close()
         run_stop = time.time()
         ml.end(K.RUN_STOP, status=status)
         rec.info.update(run_stop_ms=int(run_stop * 1000), train_time_s=run_stop - run_start,

@@ -82,7 +82,7 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             data.ensure_dataset(workload, size, data.dataset_root(cfg), cfg.data_seed)
             machine = machine_state.begin() if dist.is_main else None
             try:
-                loop.train(cfg, workload, rec, dist)
+                loop.train(cfg, workload, rec, dist, engine=_engine(cfg, workload, dist, rec))
             finally:  # what else ran meanwhile, for the stability verdict (results/stats/stability.py)
                 if machine is not None:
                     rec.info["machine"] = machine_state.end(machine, max(1, dist.world // rec.info.get("nodes", 1)))
@@ -92,6 +92,9 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
                 decided: dict = {}
                 problem = gate.check(cfg, [s["loss"] for s in rec.steps], Path(cfg.reference_run), decided)
                 rec.info.update(decided)  # what the gate compared and found, in the summary
+                if problem:
+                    status, reason = schema.FAIL_ACCURACY, problem
+                problem = _gate_baseline_side(cfg, rec) if not problem else None
                 if problem:
                     status, reason = schema.FAIL_ACCURACY, problem
         except Killed as e:
@@ -114,6 +117,33 @@ def execute(cfg: RunConfig, root: Path | None = None) -> Outcome:
             rec.finish(status, reason)
             dist_mod.shutdown(finished=status in (schema.FINISHED, schema.FAIL_ACCURACY))
     return Outcome(rec.run_id, rec.dir, status, reason, bad_input)
+
+
+def _engine(cfg: RunConfig, workload, dist, rec):
+    """The interleaved A/B engine when the configuration asks for it and can have it; else None
+    (the plain loop), with the reason recorded when it asked."""
+    if not cfg.interleave:
+        return None
+    from harness.run import interleave
+    reason = interleave.why_not(cfg, dist.world)
+    if reason:
+        rec.info["ab_unavailable"] = reason
+        return None
+    return interleave.Interleaved(cfg, workload, dist)
+
+
+def _gate_baseline_side(cfg: RunConfig, rec) -> str | None:
+    """An interleaved run's baseline side must train as the baseline's own run did: its losses
+    against the same reference (a difference means the two sides leaked into each other)."""
+    side = rec.info.get("ab", {}).get("baseline")
+    if not side:
+        return None
+    from harness.run import gate
+    from harness.run.interleave import baseline_of
+    decided: dict = {}
+    problem = gate.check(baseline_of(cfg), side["loss"], Path(cfg.reference_run), decided)
+    rec.info["ab_baseline_gate_passed"] = decided.get("gate_passed", 0)
+    return problem and f"interleaved baseline side: {problem}"
 
 
 def ingest_quietly(run_dir: Path, root: Path) -> str | None:

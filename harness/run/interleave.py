@@ -1,0 +1,208 @@
+"""The interleaved A/B engine: a configuration and its toggles-off baseline in one process,
+measured in alternating blocks of steps until the speedup is known to a precision target.
+
+Why: on a shared or virtual machine the speed drifts between processes and over minutes (this
+VM's process medians moved +-15% with nothing else running), and a ratio of two processes'
+medians carries that drift. Here both sides live in the same process, each with its own model,
+optimizer, data stream and random-number stream, and run in blocks A B | B A | A B ... of at
+least `block_s` seconds each; every pair of blocks gives one ratio measured on the same machine
+state (results/stats/interleaved.py; a block's figure is its median step, after one untimed
+step that re-warms the side). Sampling stops when the ratio's 95% interval half-width
+reaches `precision`, or when `budget_s` is spent, and the record says which.
+
+What each side sees is what it would see alone: each side's init seeds the RNGs as a solo run
+does, and each side's RNG state is swapped in around its blocks, so dropout and data order
+follow the solo run's stream step for step; the correctness gate checks both sides' losses
+against the baseline's reference run (harness/run/runner.py).
+
+Where it applies: one rank, throughput mode, at least one toggle on (the baseline is the same
+configuration with every toggle off). Multi-rank layouts cannot hold two copies of a job in one
+process group; they are paired per repeat as before, and their record says why
+(`ab_unavailable`).
+
+Clock: the variant's record is the run's record (its steps, eval, breakdown, MLPerf log); the
+baseline side's raw step times and losses are kept in its `ab` section, with every block.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from harness.config.run_config import RunConfig, Toggles
+from harness.measure.timing import now, sync
+from harness.parallel import expert as expert_parallel
+from harness.parallel.dist import DistInfo
+from harness.parallel.strategies import data_shard
+from harness.run import data
+from harness.run import loop
+from harness.run.mlperf_log import K
+from harness.run.record import NullRecord
+from results.stats import interleaved as ab_stats
+
+MAX_STEPS = 100_000   # per side: bounds the data plan when steps turn out far shorter than warm-up's
+PRECISION, BUDGET, CAP = "precision", "budget", "steps cap"
+REWARM = "rewarm"  # a block's first step, after the other side ran: trained, not timed into the ratio
+
+
+def why_not(cfg: RunConfig, world: int) -> str | None:
+    """Why this configuration can't be interleaved with its baseline in one process, or None."""
+    if world > 1 or not cfg.parallel.is_default():
+        return "multi-rank layouts run one job per process group: paired per repeat instead"
+    if cfg.mode != "throughput":
+        return "time-to-train runs are timed end to end: paired per repeat instead"
+    return None  # no toggle on: the baseline against itself, an A/A trial (harness calibrate)
+
+
+def baseline_of(cfg: RunConfig) -> RunConfig:
+    """The other side: the same configuration with every toggle off, sampled plainly."""
+    return dataclasses.replace(cfg, toggles=Toggles(), interleave=False)
+
+
+class _Rng:
+    """One side's random-number streams (torch's CPU and CUDA generators, numpy's global one)."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.save()
+
+    def save(self) -> None:
+        self.torch, self.np = torch.get_rng_state(), np.random.get_state()
+        self.cuda_states = torch.cuda.get_rng_state_all() if self.cuda else None
+
+    def load(self) -> None:
+        torch.set_rng_state(self.torch)
+        np.random.set_state(self.np)
+        if self.cuda:
+            torch.cuda.set_rng_state_all(self.cuda_states)
+
+
+@dataclasses.dataclass
+class _Side:
+    name: str            # "A" (baseline) or "B" (the configuration)
+    run: "loop._Run"
+    loader: object
+    rng: _Rng
+    steps: int = 0       # steps taken so far, warm-up included (the data plan's index)
+    block: int = 1       # steps per block, set from warm-up
+
+    def step(self, device: torch.device) -> tuple[float, float, float]:
+        """One training step: (loss, step seconds, data-wait seconds), device-synced."""
+        expert_parallel.reset(self.run.workload, self.run.ts.eval_model)  # MoE statistics: this step's only
+        t0 = now()
+        x, y = next(self.loader)
+        t1 = now()
+        loss = self.run.ts(*self.run.ts.prepare(x, y))
+        sync(device)  # device sync point: the step is finished before the clock is read
+        t2 = now()
+        self.steps += 1
+        return float(loss), t2 - t0, t1 - t0
+
+
+class Interleaved:
+    """Plugs into loop.train: `prepare` builds the baseline side in MLPerf's init phase, `steps`
+    replaces the plain timed loop."""
+
+    def __init__(self, cfg: RunConfig, workload, dist: DistInfo):
+        self.cfg, self.workload, self.dist = cfg, workload, dist
+        self.cuda = cfg.device == "cuda"
+
+    def prepare(self, run, loader, rec) -> None:
+        self.b = _Side("B", run, loader, _Rng(self.cuda))  # the variant's streams as its init left them
+        base_run, base_loader = loop._init(baseline_of(self.cfg), self.workload, NullRecord(), self.dist)
+        self.a = _Side("A", base_run, base_loader, _Rng(self.cuda))
+
+    def close(self) -> None:
+        for side in (getattr(self, "a", None), getattr(self, "b", None)):
+            if side is not None:
+                side.loader.close()
+
+    def steps(self, run, loader, rec, run_start: float, run_start_pc: float) -> tuple[bool, int]:
+        cfg, ml = self.cfg, rec.mllog
+        device = torch.device(cfg.device)
+        base = {"step_s": [], "data_s": [], "loss": [], "phase": []}
+        ml.start(K.EPOCH_START, epoch_num=1)
+
+        def take(side: _Side, phase: str, n: int, block: int | None = None) -> float:
+            """One step of re-warming after the switch of sides (in a block), then n steps of one
+            side with its RNG streams; their median step time."""
+            side.rng.load()
+            times = []
+            for i in range(n + (block is not None)):
+                loss, step_s, data_s = side.step(device)
+                if not math.isfinite(loss):
+                    raise loop.Diverged(f"loss is {loss} at step {side.steps - 1} of the "
+                                        f"{'baseline' if side is self.a else 'configuration'} side")
+                if block is not None and i == 0:
+                    # measured here: the first step after the other side ran is up to 2.5x slower
+                    # (caches, allocator pages of the other model); a solo run never pays it
+                    phase_now = REWARM
+                else:
+                    phase_now = phase
+                    times.append(step_s)
+                if side is self.b:
+                    row = dict(step=side.steps - 1, phase=phase_now, t=now() - run_start_pc, loss=loss,
+                               step_s=step_s, data_s=data_s)
+                    rec.log_step(**row, **({} if block is None else {"block": block}))
+                else:
+                    for key, v in (("step_s", step_s), ("data_s", data_s), ("loss", loss), ("phase", phase_now)):
+                        base[key].append(v)
+            side.rng.save()
+            return float(np.median(times))
+
+        warmup = max(cfg.warmup_steps, 2)  # one step pays compile/first-touch; the next sets the block length
+        for side in (self.b, self.a):
+            times = [take(side, "warmup", 1) for _ in range(warmup)]
+            step_s = float(np.median(times[1:]))
+            side.block = max(1, math.ceil(cfg.block_s / max(step_s, 1e-6)))
+        self._timed_loaders(run, warmup)
+        ratios, blocks = [], []
+        t0 = now()
+        ended = BUDGET
+        while True:
+            pair = len(ratios)
+            first = ab_stats.abba_first(pair)
+            order = (self.a, self.b) if first == "A" else (self.b, self.a)
+            med = {side.name: take(side, "steady", side.block, block=pair) for side in order}
+            ratios.append(med["A"] / med["B"])
+            blocks.append([pair, first, med["A"], med["B"]])
+            if ab_stats.precise_enough(ratios, cfg.precision):
+                ended = PRECISION
+                break
+            if now() - t0 >= cfg.budget_s:
+                break
+            if any(s.steps + s.block + 1 > s.cap for s in (self.a, self.b)):
+                ended = CAP
+                break
+        seconds = now() - t0
+        ml.end(K.EPOCH_STOP, epoch_num=1)
+        self.close()
+        self._record(rec, ratios, blocks, base, ended, seconds, warmup)
+        return loop._eval(run, rec, 1, self.b.steps), 1
+
+    def _timed_loaders(self, run, warmup: int) -> None:
+        """Each side's data stream past warm-up, sized for the budget: the same batches a solo
+        run would train on at those steps (one seeded plan, data.train_plan)."""
+        blocks = 2 * math.ceil(self.cfg.budget_s / self.cfg.block_s) + 2  # a block lasts >= block_s
+        for side in (self.a, self.b):
+            side.loader.close()
+            r = side.run
+            side.cap = warmup + min(MAX_STEPS, (side.block + 1) * blocks)
+            dp_rank, dp_world = data_shard(r.cfg, r.dist)
+            plan, _ = data.train_plan(r.workload.n_samples(r.root, "train", r.size), r.local_batch, r.cfg.seed,
+                                      side.cap, dp_rank, dp_world)
+            side.loader = data.make_loader(r.cfg, r.workload, r.size, r.root, "train", plan[warmup:],
+                                           r.dist.local_rank)
+
+    def _record(self, rec, ratios, blocks, base, ended, seconds, warmup) -> None:
+        s = ab_stats.summarise(ratios)
+        rec.info["ab"] = {"baseline": {**base, "warmup": warmup}, "blocks": blocks,
+                          "block_columns": ["pair", "first", "baseline_median_step_s", "config_median_step_s"],
+                          "ended_by": ended, "method": s["method"], "precision_target": self.cfg.precision,
+                          "budget_s": self.cfg.budget_s, "block_s": self.cfg.block_s}
+        rec.info.update(ab_ratio=s["ratio"], ab_lo=s["ci_lo"], ab_hi=s["ci_hi"], ab_pairs=s["pairs"],
+                        ab_half_width=s["half_width"] if math.isfinite(s["half_width"]) else None,
+                        ab_precision_reached=int(ended == PRECISION),
+                        ab_seconds=seconds, ab_block_steps_baseline=self.a.block, ab_block_steps_config=self.b.block)

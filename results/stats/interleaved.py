@@ -1,0 +1,92 @@
+"""Statistics of the interleaved A/B engine (harness/run/interleave.py): block-pair ratios, the
+precision target that ends sampling, and the combination of several processes' estimates.
+
+Why blocks and pairs: a VM's speed drifts over seconds to minutes (other tenants, frequency,
+page cache), so the ratio of two sides measured minutes apart carries that drift. Measured in
+alternating blocks of >= ~0.2 s (A B | B A | A B ...: Google Benchmark's random interleaving,
+the reference-vs-ours step ratios of kernel comparators), each pair's ratio sees the same
+machine; the ABBA order cancels a linear drift inside the pairs as well.
+
+Per process: the pairs' ratios (baseline block's median step / the variant block's, > 1 = the
+variant is faster) summarised by results/stats/estimators.paired_ratio (median with its
+order-statistics 95% interval from 6 pairs). Sampling stops at the first pair after MIN_PAIRS
+where the interval's half-width is at most the target (criterion samples to a time, pyperf
+calibrates its loops; this samples to a precision), or when the time budget is spent.
+
+Across processes (separate-process repeats, kept so that an effect of the process itself -
+allocator layout, thread placement - still shows): a random-effects combination of the
+processes' log ratios (DerSimonian and Laird 1986), each weighted by its own precision plus the
+between-process variance tau^2. When the processes agree (tau^2 = 0) that is the fixed-effect
+(inverse-variance) interval; when they disagree, tau^2 widens the interval and is reported as a
+process effect. With 2 or 3 processes tau^2 is a rough estimate (the interval is then an
+approximation, not exact): the A/A calibration (`python -m harness calibrate`) measures how often
+the whole rule calls a difference where there is none.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from results.stats import estimators
+
+MIN_PAIRS = 10          # block pairs before the precision target may end sampling (>= MIN_ORDER_PAIRS)
+Z95 = 1.959963984540054
+METHOD = "interleaved blocks: median of pair ratios, order statistics"
+COMBINED = "interleaved, random effects over processes"
+
+
+def abba_first(pair: int) -> str:
+    """Which side opens block pair `pair`: A B | B A | A B ... ("A" = baseline)."""
+    return "A" if pair % 2 == 0 else "B"
+
+
+def half_width(lo: float, hi: float, ratio: float) -> float:
+    """The interval's half-width relative to its estimate (0.03 = +-3%); inf without one."""
+    if not all(map(math.isfinite, (lo, hi, ratio))) or ratio <= 0:
+        return math.inf
+    return (hi - lo) / (2 * ratio)
+
+
+def summarise(ratios: Sequence[float]) -> dict:
+    """The pairs' ratios so far: ratio, ci_lo, ci_hi, method, half_width, pairs."""
+    s = estimators.paired_ratio(list(ratios), [1.0] * len(ratios))
+    s["half_width"] = half_width(s["ci_lo"], s["ci_hi"], s["ratio"])
+    s["pairs"] = len(ratios)
+    return s
+
+
+def precise_enough(ratios: Sequence[float], target: float) -> bool:
+    """The stop rule: at least MIN_PAIRS pairs and the 95% interval's half-width <= target."""
+    return len(ratios) >= MIN_PAIRS and summarise(ratios)["half_width"] <= target
+
+
+def _log_se(lo: float, hi: float) -> float:
+    """A log ratio's standard error from its 95% interval (its width on the log scale / 2z)."""
+    return (math.log(hi) - math.log(lo)) / (2 * Z95)
+
+
+def combine(estimates: Sequence[tuple[float, float, float]]) -> dict | None:
+    """Random-effects combination of per-process (ratio, ci_lo, ci_hi): ratio, ci_lo, ci_hi,
+    method, processes, tau (between-process sd of the log ratio; 0 = the processes agree),
+    process_effect (bool). Processes without a finite interval are left out; None if none is left."""
+    ok = [(r, lo, hi) for r, lo, hi in estimates
+          if all(map(math.isfinite, (r, lo, hi))) and 0 < lo <= r <= hi]
+    if not ok:
+        return None
+    y = np.array([math.log(r) for r, _, _ in ok])
+    se = np.array([max(_log_se(lo, hi), 1e-6) for _, lo, hi in ok])
+    k = len(ok)
+    if k == 1:
+        return {"ratio": ok[0][0], "ci_lo": ok[0][1], "ci_hi": ok[0][2], "method": COMBINED, "processes": 1,
+                "tau": 0.0, "process_effect": False}
+    w = 1 / se ** 2
+    fixed = float((w * y).sum() / w.sum())
+    q = float((w * (y - fixed) ** 2).sum())  # Cochran's Q: k - 1 expected when the processes agree
+    tau2 = max(0.0, (q - (k - 1)) / float(w.sum() - (w ** 2).sum() / w.sum()))
+    wr = 1 / (se ** 2 + tau2)
+    mid = float((wr * y).sum() / wr.sum())
+    half = Z95 * math.sqrt(1 / float(wr.sum()))
+    return {"ratio": math.exp(mid), "ci_lo": math.exp(mid - half), "ci_hi": math.exp(mid + half),
+            "method": COMBINED, "processes": k, "tau": math.sqrt(tau2), "process_effect": tau2 > 0}

@@ -1,0 +1,131 @@
+"""The interleaved A/B engine: its statistics on synthetic timings with known answers, and one
+real interleaved pair in one process (harness/run/interleave.py, results/stats/interleaved.py)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from results.analysis import calibration
+from results.analysis.run_report import describe
+from results.record import schema
+from results.stats import estimators, interleaved, stability
+from tests.conftest import harness, run_dirs
+
+
+def _pairs(rng, ratio: float, n: int, drift: float = 0.4, noise: float = 0.05) -> list[float]:
+    """n block pairs on a machine whose speed moves +-drift between pairs (shared by both blocks
+    of a pair, as interleaving arranges) with per-block noise: baseline / config medians."""
+    out = []
+    for _ in range(n):
+        speed = rng.uniform(1 - drift, 1 + drift)
+        a = 0.05 * speed * (1 + noise * rng.standard_normal())
+        b = 0.05 / ratio * speed * (1 + noise * rng.standard_normal())
+        out.append(a / b)
+    return out
+
+
+def test_block_order_is_abba():
+    assert [interleaved.abba_first(i) for i in range(4)] == ["A", "B", "A", "B"]
+
+
+def test_a_known_ratio_is_recovered_through_machine_drift():
+    rng = np.random.default_rng(0)
+    s = interleaved.summarise(_pairs(rng, 1.25, 60))
+    assert s["ci_lo"] < 1.25 < s["ci_hi"]
+    assert s["half_width"] < 0.03 and s["method"] == estimators.ORDER_STATS
+    assert estimators.verdict(s["ci_lo"], s["ci_hi"]) == "faster"
+
+
+def test_the_stop_rule_waits_for_min_pairs_and_the_target():
+    rng = np.random.default_rng(1)
+    exact = [1.1] * (interleaved.MIN_PAIRS - 1)
+    assert not interleaved.precise_enough(exact, 0.03)  # a perfect interval, but too few pairs
+    assert interleaved.precise_enough(exact + [1.1], 0.03)
+    noisy = _pairs(rng, 1.0, 12, noise=0.3)
+    assert not interleaved.precise_enough(noisy, 0.03)
+
+
+def test_a_a_streams_are_rarely_flagged():
+    """200 synthetic A/A trials of 30 pairs each: the rule's false-positive rate stays near the 5%
+    a 95% interval allows (the order-statistics interval is exact for the median)."""
+    rng = np.random.default_rng(2)
+    flagged = 0
+    for _ in range(200):
+        s = interleaved.summarise(_pairs(rng, 1.0, 30))
+        flagged += estimators.verdict(s["ci_lo"], s["ci_hi"]) != "within noise"
+    assert flagged / 200 <= 0.08
+
+
+def test_combining_processes_that_agree_narrows_and_that_disagree_widens():
+    agree = interleaved.combine([(1.20, 1.17, 1.23), (1.21, 1.18, 1.24)])
+    assert agree["tau"] == 0 and not agree["process_effect"]
+    assert 1.17 < agree["ci_lo"] < agree["ratio"] < agree["ci_hi"] < 1.24
+    apart = interleaved.combine([(1.50, 1.46, 1.54), (1.85, 1.80, 1.90)])
+    assert apart["process_effect"] and apart["tau"] > 0.05
+    assert apart["ci_lo"] < 1.50 and apart["ci_hi"] > 1.85  # the interval covers both processes
+    assert interleaved.combine([(1.1, math.nan, math.nan)]) is None
+    one = interleaved.combine([(1.1, 1.05, 1.15)])
+    assert (one["ratio"], one["ci_lo"], one["ci_hi"], one["processes"]) == (1.1, 1.05, 1.15, 1)
+
+
+def test_the_stability_verdict_judges_interleaved_runs_by_their_ratios():
+    """Process medians 40 and 56 ms (this VM's drift) do not disturb an interleaved speedup that
+    agrees between processes; ratios that disagree beyond their intervals do, named."""
+    rows = pd.DataFrame({"ab_ratio": [1.20, 1.21], "ab_lo": [1.17, 1.18], "ab_hi": [1.23, 1.24]})
+    runs = [[0.040] * 20, [0.056] * 20]
+    assert stability.verdict(rows, runs) == stability.STABLE
+    apart = pd.DataFrame({"ab_ratio": [1.50, 1.85], "ab_lo": [1.46, 1.80], "ab_hi": [1.54, 1.90]})
+    v = stability.verdict(apart, runs)
+    assert v.startswith(stability.DISTURBED) and "differs between processes" in v
+    plain = stability.verdict(pd.DataFrame({"cv_step": [0.02, 0.02]}), runs)
+    assert plain.startswith(stability.DISTURBED) and "repeat medians differ" in plain
+
+
+def test_calibration_counts_false_positives_and_combines_two_by_two():
+    sweep = "calibrate@20261202T000000-1a2b"
+    est = [(1.0, 0.98, 1.02)] * 9 + [(1.04, 1.01, 1.07)]  # one trial's interval excludes 1
+    df = pd.DataFrame([{"sweep": sweep, "status": schema.FINISHED, "repeat": i, "workload": "cosmoflow",
+                        "size": "tiny", "ab_ratio": r, "ab_lo": lo, "ab_hi": hi, "ab_precision_reached": 1}
+                       for i, (r, lo, hi) in enumerate(est)])
+    cal = calibration.latest(df)
+    assert (cal["trials"], cal["false_positives"], cal["pairs_of_two"]) == (10, 1, 5)
+    assert cal["rate"] == pytest.approx(0.1)
+    line = calibration.line(cal)
+    assert "1 of 10 trials" in line and "ABOVE" in line
+    assert calibration.latest(df.assign(sweep="demo@20261202T000000-1a2b")) is None
+    assert "none yet" in calibration.line(None)
+
+
+def test_one_real_interleaved_pair_in_one_process(env, data_root):
+    """CosmoFlow tiny, +channels_last against its baseline in one process: both sides' steps are
+    recorded, the blocks alternate A B | B A, the ratio of the blocks is the record's figure, the
+    CLI prints it, and the baseline side trains exactly as the baseline's own run (same losses)."""
+    base = harness(env, "run", "cosmoflow", "--set", "steps=6", "--set", "profile_steps=0", "--no-ingest")
+    assert base.returncode == 0, base.stderr[-2000:]
+    ref = run_dirs(env)[0]
+    p = harness(env, "run", "cosmoflow", "--set", "steps=6", "--set", "toggles.channels_last=true", "--set", "interleave=true",
+                "--set", "budget_s=4", "--set", "profile_steps=0", "--set", f"reference_run={ref}", "--no-ingest")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "interleaved with the toggles-off baseline in this process: speedup" in p.stdout
+    run = next(d for d in run_dirs(env) if d != ref)
+    rec = schema.read_record(run, with_metrics=True)
+    s = rec["summary"]
+    ab = s["ab"]
+    assert s["gate_passed"] == 1 and s["ab_baseline_gate_passed"] == 1
+    assert [b[1] for b in ab["blocks"][:4]] == ["A", "B", "A", "B"][:len(ab["blocks"][:4])]
+    ratios = [b[2] / b[3] for b in ab["blocks"]]
+    assert s["ab_pairs"] == len(ratios) >= 1
+    assert s["ab_ratio"] == pytest.approx(float(np.median(ratios)))
+    assert ab["ended_by"] in ("precision", "budget", "steps cap")
+    # the baseline side: its losses are the reference run's, step for step
+    ref_losses = [m["loss"] for m in schema.read_record(ref, with_metrics=True)["metrics"] if m.get("kind") == "step"]
+    k = min(len(ref_losses), len(ab["baseline"]["loss"]))
+    assert ab["baseline"]["loss"][:k] == pytest.approx(ref_losses[:k], rel=1e-6)
+    steady = [m for m in rec["metrics"] if m.get("kind") == "step" and m.get("phase") == "steady"]
+    assert steady and all("block" in m for m in steady)
+    assert describe(rec)[1].startswith("interleaved with the toggles-off baseline")
+    json.dumps(s)  # the summary stays plain JSON (no inf)
