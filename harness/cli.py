@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("base")
     g.add_argument("head")
     sub.add_parser("doctor", help="what makes this machine noisy for benchmarks now, and what to do (pyperf system show)")
+    a = sub.add_parser("calibrate", help="A/A check: the baseline against itself in the interleaved engine, N trials; "
+                                          "the verdict rule's false-positive rate on this machine")
+    a.add_argument("--trials", type=int, default=20, help="trials, one process each (default 20)")
+    a.add_argument("--file", default=str(Path(__file__).parent / "sweeps" / "calibrate.yaml"),
+                   help="the calibration sweep (workload, sampling settings)")
     c = sub.add_parser("cell", help="(used by Slurm array tasks) run cell INDEX of a submitted sweep")
     c.add_argument("cells")
     c.add_argument("index", type=int)
@@ -297,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             from harness.launch import site
             return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,
                               site=site.load(args.site), dry_run=args.dry_run, wait=args.wait)
+        if args.cmd == "calibrate":
+            return sweep.calibrate(Path(args.file), args.trials)
         if args.cmd == "demo":
             return sweep.main(Path(__file__).parent / "sweeps" / "demo.yaml", repeats=0)
         return sweep.main(Path(args.file), repeats=args.repeats, rerun_failed=args.rerun_failed,

@@ -14,6 +14,8 @@ import pytest
 from harness.experiments import sweep
 from results.analysis import speedups as report
 from results.store.frames import step_samples
+from results.stats import estimators as stats
+from results.stats import interleaved
 from harness.config.run_config import RunConfig, UsageError
 from tests.conftest import REPO, harness, run_dirs
 
@@ -114,7 +116,8 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
     assert sorted(statuses[(True, False)]) == [(0, "finished"), (1, "finished")]
     assert sorted(statuses[(False, True)]) == [(0, "unsupported"), (1, "unsupported")]
     assert "ingested 6 new records" in p.stdout
-    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline", "paired = the same ratio"):
+    for text in ("+channels_last", "+cuda_graphs", "cuda_graphs needs a CUDA device", "baseline", "paired = what ran together",
+                 "verdicts on: paired = separate processes paired by repeat", "A/A calibration: none yet"):
         assert text in p.stdout
     # the paired speedup: each repeat's baseline run against the same repeat's +channels_last run
     runs_root = Path(env["HARNESS_RESULTS"], "runs")
@@ -136,7 +139,36 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
     assert row["pairs"] == 2 and row["paired_method"] == "t on log ratios"  # 2 pairs: geometric mean, Student's t
     assert row["paired_speedup"] == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
     assert row["paired_lo"] <= row["paired_speedup"] <= row["paired_hi"]
+    assert row["verdict_on"] == "paired"  # two pairs: the verdict is on their t interval, not the pooled bootstrap
+    assert row["verdict"] == stats.verdict(row["paired_lo"], row["paired_hi"])
     assert pd.isna(table.loc["+cuda_graphs"].get("paired_speedup"))  # unsupported: nothing to pair
+
+
+def test_an_interleaved_sweep_judges_each_toggle_on_its_in_process_blocks(env, tmp_path):
+    """interleave: true - each toggle cell measures its baseline in the same process; the baseline
+    cell stays a plain run (the gate's reference); the verdict is on the processes' combined
+    interleaved interval, and the summary says so."""
+    f = _write(tmp_path, """
+        name: t
+        workloads: [cosmoflow]
+        repeats: 2
+        matrix: [baseline, add_one_in]
+        toggles: [channels_last]
+        base: {steps: 3, warmup_steps: 1, interleave: true, budget_s: 2, profile_steps: 0}
+    """)
+    p = harness(env, "sweep", str(f), timeout=900)
+    assert p.returncode == 0, p.stderr
+    frame = report.records_frame(Path(env["HARNESS_RESULTS"], "runs"))
+    labels = report.label_configs(frame)
+    assert frame.loc[labels == "baseline", "ab_ratio"].isna().all()  # the plain reference runs
+    assert frame.loc[labels == "+channels_last", "ab_ratio"].notna().all()
+    assert (frame.loc[labels == "+channels_last", "gate_passed"] == 1).all()
+    row = report.speedup_table(frame).set_index("config").loc["+channels_last"]
+    assert row["paired_method"] == interleaved.COMBINED and row["processes"] == 2 and row["verdict_on"] == "interleaved"
+    got = interleaved.combine(list(zip(*(frame.loc[labels == "+channels_last", k] for k in ("ab_ratio", "ab_lo", "ab_hi")))))
+    assert row["paired_speedup"] == pytest.approx(got["ratio"])
+    assert row["verdict"] == stats.verdict(row["paired_lo"], row["paired_hi"])
+    assert "(i x2)" in p.stdout and "verdicts on: interleaved = in-process interleaved blocks" in p.stdout
 
 
 FAULT = '''

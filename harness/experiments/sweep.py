@@ -177,7 +177,10 @@ def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tupl
     def cell(on: list[str]) -> tuple[str, RunConfig]:  # named as its recorded runs will be (labels.config_label)
         return config_label([items[t] for t in on], [items[t] for t in all_on]), cfg(on)
     if "baseline" in sweep.matrix:
-        cells.append(cell([]))
+        label, c = cell([])
+        # the baseline interleaves against itself only in a baseline-only sweep (the A/A
+        # calibration); elsewhere it is the plain reference run the other cells are gated on
+        cells.append((label, c if sweep.matrix == ("baseline",) else dataclasses.replace(c, interleave=False)))
     if "add_one_in" in sweep.matrix:
         cells += [cell([t]) for t in sweep.toggles]
     if "all_on" in sweep.matrix and len(all_on) > 1:
@@ -306,6 +309,23 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
         if unstable:  # the last line: the figures above came from a machine that was not quiet
             print(unstable)
     return 0
+
+
+def calibrate(path: Path, trials: int) -> int:
+    """`harness calibrate`: the A/A sweep (every cell the baseline interleaved against itself),
+    then its false-positive rate (results/analysis/calibration.py)."""
+    from results.analysis import calibration
+    from results.analysis.speedups import records_frame
+    from results.record.paths import results_root
+    if trials < 2:
+        raise UsageError(f"--trials must be >= 2 (a rate needs trials; 20 gives 1-in-20 resolution); got {trials}")
+    sw = load(path)
+    if sw.name != calibration.NAME or sw.matrix != ("baseline",) or not sw.base.get("interleave"):
+        raise UsageError(f"{path}: a calibration sweep is named {calibration.NAME!r}, has matrix [baseline] and "
+                         "base interleave: true (the baseline against itself)")
+    code = main(path, repeats=trials)
+    print(calibration.line(calibration.latest(records_frame(results_root() / "runs"))))
+    return code
 
 
 def _device(backend, site) -> str:

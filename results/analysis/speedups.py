@@ -155,20 +155,41 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
                 row["stability"] = stability.verdict(c[c["status"] == schema.FINISHED], runs)
             if runs and base_runs:
                 sp = stats.speedup(base_runs, runs, n_boot=n_boot)
-                row.update(speedup=sp["speedup"], ci_lo=sp["ci_lo"], ci_hi=sp["ci_hi"],
-                           verdict="baseline" if config == "baseline" else stats.verdict(sp["ci_lo"], sp["ci_hi"]))
+                row.update(speedup=sp["speedup"], ci_lo=sp["ci_lo"], ci_hi=sp["ci_hi"])
                 if config != "baseline":
                     row.update(paired.paired_speedup(base_runs, runs, n_boot=n_boot) or {})
+            if config != "baseline":
+                row.update(paired.interleaved_speedup(c[c["status"] == schema.FINISHED]) or {})
+            row.update(_verdict(row, config))
             out.append(row)
     table = pd.DataFrame(out)
     for col in SPEEDUP_FIGURES:  # present even when no configuration finished (an all-failed sweep)
         if col not in table:
-            table[col] = float("nan") if col not in ("verdict", "paired_method") else None
+            table[col] = float("nan") if col not in ("verdict", "paired_method", "verdict_on") else None
     return table
 
 
-SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict",
-                   "paired_speedup", "paired_lo", "paired_hi", "pairs", "paired_method")
+SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict", "verdict_on",
+                   "paired_speedup", "paired_lo", "paired_hi", "pairs", "paired_method", "processes", "process_tau")
+VERDICT_ON = {"interleaved": "in-process interleaved blocks, combined over processes",
+              "paired": "separate processes paired by repeat",
+              "pooled": "pooled medians (one run a side: no pairs)"}
+
+
+def _verdict(row: dict, config: str) -> dict:
+    """The verdict on the best interval the configuration has: the interleaved one (both sides in
+    one process), else the per-repeat paired one (2+ pairs: valid at its count), else the pooled
+    bootstrap. Which one is named in `verdict_on`."""
+    if config == "baseline":
+        return {"verdict": "baseline"} if "speedup" in row else {}
+    for on, lo, hi in (("interleaved", "paired_lo", "paired_hi"), ("paired", "paired_lo", "paired_hi"),
+                       ("pooled", "ci_lo", "ci_hi")):
+        if on == "interleaved" and not row.get("processes"):
+            continue
+        lo_v, hi_v = row.get(lo), row.get(hi)
+        if lo_v is not None and hi_v is not None and np.isfinite(lo_v) and np.isfinite(hi_v):
+            return {"verdict": stats.verdict(lo_v, hi_v), "verdict_on": on}
+    return {}
 
 
 def repeat_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -310,6 +331,16 @@ def verdict_line(r) -> str:
     return "; ".join(parts)
 
 
+def _method_tag(r) -> str:
+    """' (t)' for a t interval over few repeats, ' (i x2)' for interleaved blocks in 2 processes."""
+    from results.stats import interleaved
+    if r.get("paired_method") == stats.T_LOG:
+        return " (t)"
+    if r.get("paired_method") == interleaved.COMBINED:
+        return f" (i x{int(r['processes'])})"
+    return ""
+
+
 def _fmt(v, lo, hi) -> str:
     if pd.isna(v):
         return ""
@@ -324,16 +355,19 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
 
     from results.record import sweep_ids
 
+    from results.analysis import calibration
     df = records_frame(runs_root)
     for line in skipped(df):
         print(line, file=sys.stderr)
+    cal = calibration.latest(df)
     if not df.empty and "sweep" in df:
         sweep = sweep_ids.resolve(df["sweep"].dropna().unique(), sweep) or sweep  # a name: its newest run
     df = df[df.get("sweep", pd.Series(dtype=str)) == sweep] if not df.empty else df
     table = speedup_table(df)
     t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI; "
-                    "paired = the same ratio within each repeat, over repeats: median with its order-statistics "
-                    f"CI from {stats.MIN_ORDER_PAIRS} pairs, (t) = geometric mean with Student's t on the log ratios below")
+                    "paired = what ran together: (i xP) = interleaved blocks in one process, n block pairs over P "
+                    "processes (random effects); else the ratio within each repeat, median with its "
+                    f"order-statistics CI from {stats.MIN_ORDER_PAIRS} pairs, (t) = Student's t on the log ratios below")
     for col in ("workload", "size", "device", "config", "runs", "status", "median step (ms)",
                 "speedup [95% CI]", "paired [95% CI] n=pairs", "verdict / reason", "stability"):
         t.add_column(col)
@@ -343,9 +377,15 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
         ms = "" if pd.isna(r.get("median_step_ms")) else f"{r['median_step_ms']:.1f}"
         note = r.get("verdict") if isinstance(r.get("verdict"), str) else ""
         t.add_row(r["workload"], r["size"], r["device"], r["config"], str(r["runs"]), r["status"], ms, sp,
-                  pair_txt and f"{pair_txt} n={int(r['pairs'])}" + (" (t)" if r.get("paired_method") == stats.T_LOG else ""), note or r.get("reason", ""), r.get("stability") if isinstance(r.get("stability"), str) else "")
+                  pair_txt and f"{pair_txt} n={int(r['pairs'])}" + _method_tag(r), note or r.get("reason", ""),
+                  r.get("stability") if isinstance(r.get("stability"), str) else "")
     console = Console(width=240)  # wide enough that a reason stays on one line in a log
     console.print(t)
+    if table.get("verdict_on") is not None and table["verdict_on"].notna().any():
+        on = sorted(set(table["verdict_on"].dropna()))
+        print("verdicts on: " + "; ".join(f"{k} = {VERDICT_ON[k]}" for k in on))
+    if sweep_ids.name_of(sweep) != calibration.NAME:  # `harness calibrate` prints its own figure last
+        print(calibration.line(cal))
     attr = attribution_table(df)
     if not attr.empty and "leave_one_out" in attr:
         a = Table(title="per-toggle attribution: add-one-in gain vs leave-one-out loss (differences = interactions)")
@@ -390,5 +430,6 @@ def stability_warning(runs_root: Path, sweep: str) -> str | None:
     rows = []
     for key, g, samples in _labelled_groups(df[df["sweep"] == sweep]):
         for config, c in g[g["status"] == schema.FINISHED].groupby("config", sort=False):
-            rows.append({"config": config, "stability": stability.verdict(c, samples.get(config))})
+            rows.append({"config": config, "stability": stability.verdict(c, samples.get(config)),
+                         "interleaved": "ab_ratio" in c and bool(c["ab_ratio"].notna().all())})
     return stability.warning(pd.DataFrame(rows))

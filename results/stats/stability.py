@@ -68,13 +68,34 @@ def verdict(rows: pd.DataFrame, runs: Sequence[Sequence[float]] | None = None) -
         if v.notna().any():
             reasons += [r for r in run_reasons(rows.loc[v.idxmax()]) if r.startswith(prefix)]
     meds = [float(np.median(r)) for r in runs or [] if len(r)]
-    if len(meds) > 1 and max(meds) / min(meds) > SPREAD_MAX:
+    apart = _processes_apart(rows)
+    if apart is not None:  # interleaved: drift between processes cancels in each one's ratio; what
+        if apart:          # is left to disagree is the ratio itself
+            reasons.append(apart)
+    elif len(meds) > 1 and max(meds) / min(meds) > SPREAD_MAX:
         reasons.append(f"repeat medians differ by {max(meds) / min(meds) - 1:.0%} ({min(meds) * 1e3:.1f} to "
                        f"{max(meds) * 1e3:.1f} ms)")
     if not reasons:
         return STABLE
     disturbed = any(not r.startswith("step times") for r in reasons)
     return f"{DISTURBED if disturbed else NOISY}: " + "; ".join(reasons)
+
+
+def _processes_apart(rows: pd.DataFrame) -> str | None:
+    """For interleaved runs (ab_ratio [ab_lo, ab_hi] per process): the reason when two processes'
+    speedups differ by more than SPREAD_MAX with intervals that do not overlap, else ""; None
+    when the runs were not interleaved."""
+    if "ab_ratio" not in rows:
+        return None
+    got = rows.dropna(subset=[c for c in ("ab_ratio", "ab_lo", "ab_hi") if c in rows])
+    if got.empty or not {"ab_lo", "ab_hi"} <= set(got):
+        return None
+    r, lo, hi = (pd.to_numeric(got[c], errors="coerce") for c in ("ab_ratio", "ab_lo", "ab_hi"))
+    i, j = r.idxmin(), r.idxmax()
+    if r[j] / r[i] > SPREAD_MAX and hi[i] < lo[j]:
+        return (f"the speedup differs between processes ({r[i]:.2f}x [{lo[i]:.2f}, {hi[i]:.2f}] to "
+                f"{r[j]:.2f}x [{lo[j]:.2f}, {hi[j]:.2f}]): the machine's state moved the effect itself")
+    return ""
 
 
 def kind(v) -> str:
@@ -88,6 +109,11 @@ def warning(table: pd.DataFrame) -> str | None:
     else None. Noisy-but-measured configurations get no warning: their intervals carry the noise."""
     if table.empty or "stability" not in table:
         return None
+    if "interleaved" in table and "config" in table:
+        # every verdict measured both sides in one process: the baseline's own runs set none of them
+        others = table[table["config"] != "baseline"]
+        if len(others) and others["interleaved"].all():
+            table = others
     bad = table[[kind(v) == DISTURBED for v in table["stability"]]]
     if bad.empty:
         return None
