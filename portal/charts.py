@@ -9,6 +9,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from results.stats.estimators import T_LOG
+from results.stats.interleaved import COMBINED
 
 VERDICT_COLORS = {"faster": "#2e7d32", "slower": "#c62828", "within noise": "#9e9e9e", "baseline": "#1565c0"}
 
@@ -21,13 +22,22 @@ def speedup_label(speedup: float, lo: float, hi: float, verdict: str) -> str:
     return "1.00× reference" if verdict == "baseline" else f"{speedup:.2f}× [{lo:.2f}, {hi:.2f}]"
 
 
-def paired_label(speedup: float, lo: float, hi: float, pairs: float, method=None) -> str:
-    """The paired speedup (per-repeat ratios, results/stats/paired.py) with its interval and, when
-    it is Student's t on the log ratios (fewer than 6 pairs), ' (t)' as in the CLI; '-' without pairs."""
+def paired_label(speedup: float, lo: float, hi: float, pairs: float, method=None, processes=None) -> str:
+    """The paired speedup (interleaved blocks, or per-repeat ratios: results/stats/paired.py) with
+    its interval and its method's tag as in the CLI; '-' without pairs."""
     if speedup != speedup:
         return "-"
     ci = "no interval" if lo != lo else f"{lo:.2f}, {hi:.2f}"
-    return f"{speedup:.2f}× [{ci}] n={int(pairs)}" + (" (t)" if method == T_LOG else "")
+    return f"{speedup:.2f}× [{ci}] n={int(pairs)}" + _method_tag(method, processes)
+
+
+def _method_tag(method, processes) -> str:
+    """As the CLI: ' (t)' for a t interval over few repeats, ' (i ×P)' for interleaved blocks in P processes."""
+    if method == T_LOG:
+        return " (t)"
+    if method == COMBINED and processes == processes and processes:
+        return f" (i ×{int(processes)})"
+    return ""
 
 
 def speedup_chart(t: pd.DataFrame, repeats: pd.DataFrame, title: str) -> go.Figure:

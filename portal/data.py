@@ -204,3 +204,19 @@ def run_record(run_dir: Path) -> dict:
         out["problem"] = f"{run_dir.name}: {e.strerror or e}"
     out["events"] = schema.mllog_events(run_dir)
     return out
+
+
+def calibration_line(df: pd.DataFrame) -> str:
+    """The latest A/A calibration in one line, as the sweep summary prints it."""
+    from results.analysis import calibration
+    return calibration.line(calibration.latest(df))
+
+
+def verdict_figures(t: pd.DataFrame) -> pd.DataFrame:
+    """The speedup table with each configuration's point and interval replaced by the figure its
+    verdict is on (interleaved or paired; the pooled bootstrap where there are no pairs)."""
+    on = t["verdict_on"].isin(["interleaved", "paired"]) if "verdict_on" in t else pd.Series(False, index=t.index)
+    t = t.copy()
+    for col, src in (("speedup", "paired_speedup"), ("ci_lo", "paired_lo"), ("ci_hi", "paired_hi")):
+        t.loc[on, col] = t.loc[on, src]
+    return t

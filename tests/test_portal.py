@@ -49,6 +49,12 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert sweep.startswith("portal@")
     frame = report.records_frame(root / "runs").query("sweep == @sweep")
     want = report.speedup_table(frame).dropna(subset=["speedup"]).set_index("config")
+    # each point is the figure its verdict is on: here two repeats paired (t), not the pooled bootstrap
+    assert set(want["verdict_on"].dropna()) == {"paired"}
+    shown = want.copy()
+    for col, src in (("speedup", "paired_speedup"), ("ci_lo", "paired_lo"), ("ci_hi", "paired_hi")):
+        shown.loc[shown["verdict_on"] == "paired", col] = shown[src]
+    assert "A/A calibration: none yet" in at.info[0].value
     fig = plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)  # decodes plotly's typed arrays
     points, dots = {}, []
     for tr in fig.data:
@@ -62,7 +68,7 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
     assert set(points) == set(want.index) == {"baseline", "+channels_last", "+dali", "all_on"}
     assert points["baseline"] == (1.0, "1.00× reference", None)
     for config, (y, text, (up, down)) in ((c, p) for c, p in points.items() if c != "baseline"):
-        w = want.loc[config]
+        w = shown.loc[config]
         assert y == pytest.approx(w["speedup"]) and y + up == pytest.approx(w["ci_hi"], rel=1e-9)
         assert y - down == pytest.approx(w["ci_lo"], rel=1e-9)
         assert text == speedup_label(w["speedup"], w["ci_lo"], w["ci_hi"], w["verdict"])
@@ -83,6 +89,7 @@ def test_overview_shows_the_report_speedups_with_cis(monkeypatch, seeded):
                                                                                       "paired_hi", "pairs", "paired_method"]])
     assert numbers.loc["+dali", "paired [95% CI]"].endswith("n=2 (t)")  # 2 repeats, each a pair: Student's t
     assert numbers.loc["baseline", "paired [95% CI]"] == "-"
+    assert numbers.loc["+dali", "verdict"] == f"{want.loc['+dali', 'verdict']} (paired)"  # what it is on
     for config in want.index:  # the stability verdict, as results judges it from the same records
         assert numbers.loc[config, "stability"] == want.loc[config, "stability"]
         assert want.loc[config, "stability"] == "stable" or want.loc[config, "stability"].startswith(("noisy: ", "disturbed: "))

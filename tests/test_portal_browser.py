@@ -114,7 +114,8 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
     from results.stats import estimators as stats
     df = results.load_runs(f"sqlite:///{seeded[0] / 'mlflow.db'}")
     df = df[df["sweep"].str.startswith("portal@")]
-    t = report.speedup_table(df, n_boot=stats.N_BOOT).dropna(subset=["speedup"])
+    from portal import data
+    t = data.verdict_figures(report.speedup_table(df, n_boot=stats.N_BOOT).dropna(subset=["speedup"]))
     want = {charts.speedup_label(*r) for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])}
     assert len(want) >= 2  # the baseline and at least one toggle
     with _browser_page() as page:

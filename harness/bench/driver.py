@@ -13,6 +13,8 @@ deepcam_vs_reference: harness/bench/deepcam_ref.py (our DeepCAM step beside mlco
 interleaved: function check, op counts, paired step-time ratio; needs DEEPCAM_REFERENCE).
 paired_speedup: harness/bench/paired.py (pooled vs paired speedup under a background burner that
 switches on and off, against the quiet machine's answer).
+calibration, demo_reproducibility: harness/bench/verdicts.py (the A/A false-positive rate of the
+verdict rule; two demos back to back: same verdicts, intervals, half-widths, wall time).
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -44,6 +46,7 @@ from harness.bench import parallel as perf_parallel
 from harness.bench import pipeline as perf_pipeline
 from harness.bench import planner as perf_planner
 from harness.bench import roofline as perf_roofline
+from harness.bench import verdicts as perf_verdicts
 from harness.config import registry
 from harness.config.run_config import RunConfig
 from harness.parallel.dist import DistInfo
@@ -163,7 +166,8 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "moe": perf_moe.moe_bench, "planner": perf_planner.planner_bench,
               "planner_scale": planner_scale.planner_scale,
               "roofline": perf_roofline.roofline_bench, "paired_speedup": perf_paired.paired_speedup_bench,
-              "deepcam_vs_reference": perf_deepcam_ref.deepcam_vs_reference}
+              "deepcam_vs_reference": perf_deepcam_ref.deepcam_vs_reference,
+              "calibration": perf_verdicts.calibration, "demo_reproducibility": perf_verdicts.demo_reproducibility}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,16 +19,21 @@ st.query_params["sweep"] = sweep
 view = df[df["sweep"] == sweep]
 table = data.speedups(view)
 repeats = data.repeat_speedups(view)
+st.info(data.calibration_line(df))
 st.caption("speedup = median(baseline step time) / median(configuration step time), on a log axis (0.5× as far "
-           "below 1 as 2× above). Bars are bootstrap 95% CIs over runs and steps; small dots are single repeats. "
+           "below 1 as 2× above). Each point is the figure its verdict is on, with its 95% interval: interleaved "
+           "(i ×P: both sides in one process, alternating blocks of steps, P processes combined), else paired by "
+           "repeat, else the pooled bootstrap over runs and steps; small dots are single repeats. "
            "Failed, unsupported and fail_accuracy configurations have no point; their reasons are listed below. "
            "Stability: 'disturbed' names why a configuration's numbers can't be trusted (other processes above "
-           "10% of the CPUs, steal above 5%, repeat medians more than 1.10x apart); 'noisy' means step times "
-           "vary more than 10% within a run with nothing else wrong: measured, and its interval says how well.")
+           "10% of the CPUs, steal above 5%, repeat medians more than 1.10x apart, or an interleaved speedup that "
+           "differs between processes); 'noisy' means step times vary more than 10% within a run with nothing else "
+           "wrong: measured, and its interval says how well. The A/A line above is the latest calibration: how often "
+           "the verdict rule called a difference between the baseline and itself on this machine.")
 for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} / {size} on {device}")
     if t["speedup"].notna().any():
-        st.plotly_chart(charts.speedup_chart(t, repeats[(repeats["workload"] == wl) & (repeats["size"] == size)
+        st.plotly_chart(charts.speedup_chart(data.verdict_figures(t), repeats[(repeats["workload"] == wl) & (repeats["size"] == size)
                                                         & (repeats["device"] == device)], f"{wl} {size} ({device})"),
                         width="stretch")
     else:
@@ -40,8 +45,9 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
         "speedup [95% CI]": [charts.speedup_label(*r) if r[0] == r[0] else "-"
                              for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])],
         "paired [95% CI]": [charts.paired_label(*r) for r in zip(t["paired_speedup"], t["paired_lo"], t["paired_hi"],
-                                                                 t["pairs"], t["paired_method"])],
-        "verdict": t["verdict"].fillna("-"), "median step (ms)": t["median_step_ms"].round(1),
+                                                                 t["pairs"], t["paired_method"], t["processes"])],
+        "verdict": [v if not isinstance(on, str) else f"{v} ({on})" for v, on in zip(t["verdict"].fillna("-"),
+                                                                                   t["verdict_on"])], "median step (ms)": t["median_step_ms"].round(1),
         "baseline median step (ms)": round(float(base_ms.iloc[0]), 1) if len(base_ms) and base_ms.notna().all() else None,
         "runs": t["runs"], "status": t["status"],
         "stability": t["stability"].fillna("-") if "stability" in t else "-"})
