@@ -110,7 +110,7 @@ def test_one_real_interleaved_pair_in_one_process(env, data_root):
     p = harness(env, "run", "cosmoflow", "--set", "steps=6", "--set", "toggles.channels_last=true", "--set", "interleave=true",
                 "--set", "budget_s=4", "--set", "profile_steps=0", "--set", f"reference_run={ref}", "--no-ingest")
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "interleaved with the toggles-off baseline in this process: speedup" in p.stdout
+    assert "interleaved in this process with its other side (every toggle off): speedup" in p.stdout
     run = next(d for d in run_dirs(env) if d != ref)
     rec = schema.read_record(run, with_metrics=True)
     s = rec["summary"]
@@ -127,5 +127,50 @@ def test_one_real_interleaved_pair_in_one_process(env, data_root):
     assert ab["baseline"]["loss"][:k] == pytest.approx(ref_losses[:k], rel=1e-6)
     steady = [m for m in rec["metrics"] if m.get("kind") == "step" and m.get("phase") == "steady"]
     assert steady and all("block" in m for m in steady)
-    assert describe(rec)[1].startswith("interleaved with the toggles-off baseline")
+    assert describe(rec)[1].startswith("interleaved in this process with its other side")
+    assert ab["against"] == "every toggle off" and ab["aa"] is False
     json.dumps(s)  # the summary stays plain JSON (no inf)
+
+
+def test_a_strategy_interleaved_against_ddp_on_two_ranks(env, data_root):
+    """FSDP against DDP in one process group under mpiexec (each rank holds both): every rank
+    stops at the same block pair, the other side is named, and both sides pass the gate against
+    the one-rank baseline."""
+    from tests.helpers import mpirun
+    base = harness(env, "run", "lm", "--set", "steps=4", "--set", "profile_steps=0", "--no-ingest")
+    assert base.returncode == 0, base.stderr[-2000:]
+    ref = run_dirs(env)[0]
+    p = mpirun(env, 2, "-m", "harness", "run", "lm", "--set", "steps=4", "--set", "parallel.data=fsdp", "--set", "interleave=true",
+               "--set", "budget_s=3", "--set", "profile_steps=0", "--set", f"reference_run={ref}", "--no-ingest")
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = next(d for d in run_dirs(env) if d != ref)
+    s = schema.read_record(run)["summary"]
+    assert s["ab"]["against"] == "every toggle off, DDP on the same ranks" and not s["ab"]["aa"]
+    assert s["gate_passed"] == 1 and s["ab_baseline_gate_passed"] == 1
+    assert s["ab_pairs"] == len(s["ab"]["blocks"]) >= 1 and s["world"] == 2
+    assert "interleaved in this process with its other side (every toggle off, DDP on the same ranks)" in p.stdout
+
+
+def test_the_other_side_is_the_toggles_off_config_or_what_against_says():
+    from harness.config.run_config import RunConfig, UsageError
+    from harness.run import interleave
+    cfg = RunConfig(workload="cosmoflow", interleave=True).with_overrides(["toggles.channels_last=true"])
+    assert interleave.baseline_of(cfg).toggles.enabled() == [] and not interleave.baseline_of(cfg).interleave
+    assert interleave.baseline_of(cfg).variant_hash() == RunConfig(workload="cosmoflow").variant_hash()
+    par = RunConfig(workload="lm", ranks=2).with_overrides(["parallel.data=fsdp", "interleave=true"])
+    assert interleave.baseline_of(par, 2).parallel.data == "ddp"
+    split = RunConfig(workload="lm", ranks=2, batch_size=8).with_overrides(
+        ["parallel.batch_split=6,2", "against=parallel.batch_split=4,4"])
+    assert interleave.baseline_of(split, 2).parallel.batch_split == "4,4"
+    assert interleave.baseline_of(split, 2).variant_hash() != split.variant_hash()
+    assert split.variant_hash() == RunConfig(workload="lm", ranks=2, batch_size=8).with_overrides(
+        ["parallel.batch_split=6,2"]).variant_hash()  # how it was sampled is a label
+    for bad in ("nokey", "toggles.nope=1", "sweep=x"):
+        with pytest.raises(UsageError, match="against"):
+            cfg.with_overrides([f"against={bad}"])
+    for bad in ("precision=0", "budget_s=-1", "block_s=nan"):
+        with pytest.raises(UsageError, match=bad.split("=")[0]):
+            cfg.with_overrides([bad])
+    pp = RunConfig(workload="lm", ranks=2).with_overrides(["parallel.pp=2", "interleave=true"])
+    assert "pipeline" in interleave.why_not(pp, 2)
+    assert "time-to-train" in interleave.why_not(RunConfig(workload="cosmoflow", mode="ttt", interleave=True), 1)

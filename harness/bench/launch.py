@@ -36,3 +36,31 @@ def run_recorded(env: dict, results: Path, ranks: int, *args: str, with_metrics:
     if len(new) != 1:
         raise RuntimeError(f"harness {' '.join(args[:2])} added {len(new)} records under {results / subdir}, not 1")
     return schema.read_record(new[0], with_metrics=with_metrics)
+
+
+def run_interleaved(env: dict, results: Path, ranks: int, processes: int, *args: str,
+                    with_metrics: bool = False) -> dict:
+    """`harness run ARGS --set interleave=true` in `processes` separate processes (each measures
+    its configuration against its other side in alternating blocks, harness/run/interleave.py),
+    their estimates combined over the processes (results/stats/interleaved.combine): speedup of
+    the configuration over the other side, ci95, per-process figures, and every record ("records")."""
+    from results.stats import interleaved
+    recs = [run_recorded(env, results, ranks, *args, "--set", "interleave=true", with_metrics=with_metrics)
+            for _ in range(processes)]
+    est = [(r["summary"]["ab_ratio"], r["summary"]["ab_lo"], r["summary"]["ab_hi"]) for r in recs]
+    c = interleaved.combine(est) or {"ratio": float("nan"), "ci_lo": float("nan"), "ci_hi": float("nan"),
+                                     "processes": 0, "tau": float("nan")}
+    return {"speedup": c["ratio"], "ci95": [c["ci_lo"], c["ci_hi"]], "processes": len(recs),
+            "process_tau": c["tau"],
+            "per_process": [{"speedup": round(r, 4), "ci95": [round(lo, 4), round(hi, 4)],
+                             "pairs": x["summary"]["ab_pairs"], "ended_by": x["summary"]["ab"]["ended_by"],
+                             "sampled_s": round(x["summary"]["ab_seconds"], 1)}
+                            for (r, lo, hi), x in zip(est, recs)],
+            "records": recs}
+
+
+def other_side_median(rec: dict) -> float:
+    """An interleaved record's other side ("A"): the median of its timed (steady) steps, seconds."""
+    import statistics
+    base = rec["summary"]["ab"]["baseline"]
+    return statistics.median(t for t, ph in zip(base["step_s"], base["phase"]) if ph == "steady")

@@ -1,7 +1,7 @@
 """Parallel strategies benchmark for `make perf` (not a test): every strategy of
-harness/parallel/strategies.py at 2 ranks under mpiexec, each run paired with a DDP run just before it
-(rounds of DDP, X, DDP, Y ...), so machine drift between rounds cancels in the per-pair ratio
-(results/stats.paired_ratio). Per strategy: step time vs DDP with a bootstrap CI, bytes per
+harness/parallel/strategies.py at 2 ranks under mpiexec, each measured against DDP in the same
+process group by the interleaved engine (alternating blocks, sampled to a 3% precision target or
+a budget; harness/run/interleave.py), in 2 launches combined. Per strategy: step time vs DDP with its 95% CI, bytes per
 step by collective beside the analytic volume, model-state and peak memory per rank (live
 tensor bytes from the profiler's memory timeline; the process's peak RSS beside it).
 
@@ -14,46 +14,51 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from results.stats import estimators as stats
-from harness.bench.launch import run_recorded
+from results.stats import interleaved
+from harness.bench.launch import run_interleaved, run_recorded
 
 STRATEGIES = {"zero1": ["parallel.data=zero1"], "fsdp": ["parallel.data=fsdp"], "tp2": ["parallel.tp=2"],
               "tp2+sp": ["parallel.tp=2", "parallel.sp=true"]}
 
 
-def _run(env: dict, results: Path, sets: list[str], workload: str, size: str, steps: int, batch: int) -> dict:
+def _args(sets: list[str], workload: str, size: str, steps: int, batch: int) -> list[str]:
     args = ["run", workload, "--size", size, "--no-ingest", "--set", f"steps={steps}", "--set", "warmup_steps=1",
             "--set", "profile_steps=0", "--set", f"batch_size={batch}"]
     for s in sets:
         args += ["--set", s]
-    return run_recorded(env, results, 2, *args)["summary"]
+    return args
 
 
-def parallel_strategies(workload: str = "lm", size: str = "small", steps: int = 4, rounds: int = 2,
+def _run(env: dict, results: Path, sets: list[str], workload: str, size: str, steps: int, batch: int) -> dict:
+    return run_recorded(env, results, 2, *_args(sets, workload, size, steps, batch))["summary"]
+
+
+def parallel_strategies(workload: str = "lm", size: str = "small", processes: int = 2, budget_s: float = 45.0,
                         batch: int = 8) -> dict:
     """Global batch 8 (the size's default is 32): a step of LM small takes 1.7 s on this 2-core
-    machine at 2 ranks x 1 thread, 6.8 s at 32, and every run also evaluates once."""
+    machine at 2 ranks x 1 thread, 6.8 s at 32, and every run also evaluates once. Each strategy
+    is measured against DDP in the same process group (both built on every rank, alternating
+    blocks: harness/run/interleave.py) in `processes` separate launches, until its interval is
+    +-3% or `budget_s` of sampled steps per launch is spent."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "HARNESS_RESULTS": tmp}
         env.pop("MLFLOW_TRACKING_URI", None)
-        ddp_ms: dict[str, list[float]] = {k: [] for k in STRATEGIES}
-        got_ms: dict[str, list[float]] = {k: [] for k in STRATEGIES}
-        last: dict[str, dict] = {}
-        for _ in range(rounds):
-            for name, sets in STRATEGIES.items():  # DDP right before each: a pair
-                last["ddp"] = _run(env, Path(tmp), [], workload, size, steps, batch)
-                ddp_ms[name].append(1000 * last["ddp"]["median_step_s"])
-                last[name] = _run(env, Path(tmp), sets, workload, size, steps, batch)
-                got_ms[name].append(1000 * last[name]["median_step_s"])
-    out: dict = {"workload": f"{workload}/{size}", "ranks": 2, "global_batch": batch, "steps": steps, "rounds": rounds,
-                 "ddp": _figures(last["ddp"])}
+        last = {"ddp": _run(env, Path(tmp), [], workload, size, 2, batch)}  # DDP's own bytes and memory
+        got = {}
+        for name, sets in STRATEGIES.items():
+            got[name] = run_interleaved(env, Path(tmp), 2, processes, *_args(sets + [f"budget_s={budget_s}"],
+                                                                               workload, size, 2, batch))
+            last[name] = got[name].pop("records")[-1]["summary"]
+    out: dict = {"workload": f"{workload}/{size}", "ranks": 2, "global_batch": batch, "processes": processes,
+                 "budget_s_per_process": budget_s, "method": "interleaved against DDP in one process group, "
+                 "random effects over processes", "ddp": _figures(last["ddp"])}
     for name in STRATEGIES:
-        r = stats.paired_ratio(got_ms[name], ddp_ms[name])
-        out[name] = {"step_ms": float(np.median(got_ms[name])), "ddp_step_ms": float(np.median(ddp_ms[name])),
-                     "step_time_vs_ddp": r["ratio"], "ci95": [r["ci_lo"], r["ci_hi"]],
-                     "pairs": [round(g / d, 3) for g, d in zip(got_ms[name], ddp_ms[name])], **_figures(last[name])}
+        g = got[name]
+        lo, hi = g["ci95"]
+        out[name] = {"step_ms": 1000 * last[name]["median_step_s"],
+                     "step_time_vs_ddp": 1 / g["speedup"], "ci95": [1 / hi, 1 / lo],  # X's step over DDP's
+                     "half_width": interleaved.half_width(lo, hi, g["speedup"]),
+                     "per_process": g["per_process"], "process_tau": g["process_tau"], **_figures(last[name])}
     worst = max(abs(v["measured"] - v["analytic"]) / max(v["analytic"], 1)
                 for fig in [out["ddp"], *(out[n] for n in STRATEGIES)] for v in fig["collectives"].values())
     out["bytes_vs_analytic_worst"] = worst

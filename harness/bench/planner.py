@@ -3,7 +3,8 @@
 
 For each ratio: measure the links (`harness comm`) and profile both device kinds (`harness
 profile`) on the two ranks held as the job will hold them, both at once; plan data parallel and
-pipeline parallel (`harness plan`), run the planned split and the uniform one in alternation,
+pipeline parallel (`harness plan`), run the planned split and the uniform one (data parallel: in
+the same processes, alternating blocks, harness/run/interleave.py; pipelines: alternating launches),
 and each device alone on the whole global batch; then per plan the measured step time against
 the simulator's prediction, and utilization = mixed throughput / (sum of the devices' alone
 throughputs), measured and predicted.
@@ -29,7 +30,7 @@ from harness.config import registry
 from harness.comm.bench import load_now
 from results.planner import report as plan_report
 from results.record.paths import results_root
-from harness.bench.launch import run_harness, run_recorded
+from harness.bench.launch import other_side_median, run_harness, run_interleaved, run_recorded
 
 SIZE = "small"
 FAST = 1.0
@@ -50,6 +51,16 @@ def _run(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int
     s = run_recorded({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), *args)["summary"]
     return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
             "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
+
+
+def _interleaved(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, processes: int,
+                 sets: list[str]) -> dict:
+    args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
+            "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
+            "--set", "threads=1"]
+    for s in sets:
+        args += ["--set", s]
+    return run_interleaved({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), processes, *args)
 
 
 def _plan(env: dict, results: Path, inv: Path, batch: int, strategy: str) -> dict:
@@ -118,16 +129,30 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
             pp_cpus = {"planned": [kinds[k] for k in pp["stage_order"]],
                        "uniform": [kinds[k] for k in pp["uniform"]["stage_order"]]}
             measured = {"dp": {"planned": [], "uniform": []}, "pp": {"planned": [], "uniform": []}}
-            for _ in range(rounds):  # alternating: drift hits planned and uniform alike
-                for which, split in (("planned", dp["batch_split"]), ("uniform", dp["uniform"]["batch_split"])):
-                    measured["dp"][which].append(_run(env, tmp, data_dir, dp_cpus, batch,
-                                                      [f"parallel.batch_split={','.join(map(str, split))}"]))
+            # data parallel: the planned split against the uniform one in the same processes, in
+            # alternating blocks (harness/run/interleave.py), `rounds` launches
+            joined = {w: ",".join(map(str, sp)) for w, sp in (("planned", dp["batch_split"]),
+                                                             ("uniform", dp["uniform"]["batch_split"]))}
+            got = _interleaved(env, tmp, data_dir, dp_cpus, batch, rounds,
+                               [f"parallel.batch_split={joined['planned']}",
+                                f"against=parallel.batch_split={joined['uniform']}", "budget_s=40"])
+            for rec in got["records"]:
+                load = rec["summary"].get("load_1m_end")
+                measured["dp"]["planned"].append({"median_step_s": rec["summary"]["median_step_s"], "load_1m": load})
+                measured["dp"]["uniform"].append({"median_step_s": other_side_median(rec), "load_1m": load})
+            for _ in range(rounds):  # pipelines alternate launches: drift hits planned and uniform alike
                 for which, split in (("planned", pp["pp_split"]), ("uniform", pp["uniform"]["pp_split"])):
                     measured["pp"][which].append(_run(env, tmp, data_dir, pp_cpus[which], batch, [
                         "parallel.pp=2", f"parallel.microbatches={pp['microbatches']}",
                         f"parallel.pp_split={','.join(map(str, split))}"]))
             checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus),
                       _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus)]
+            lo, hi = got["ci95"]
+            predicted = dp["uniform"]["predicted"]["step_s"] / dp["predicted"]["step_s"]
+            checks[0]["interleaved"] = {  # the drift-free comparison: planned over uniform, both in one process
+                "measured_speedup": round(got["speedup"], 4), "ci95": [round(lo, 4), round(hi, 4)],
+                "predicted_speedup": round(predicted, 4), "error": round(predicted / got["speedup"] - 1, 4),
+                "per_process": got["per_process"], "process_tau": got["process_tau"]}
             for c in checks:
                 c["ratio_cpus"] = ratio
                 c["profiled_speed_ratio"] = round(_speed_ratio(profiles[slow], profiles[FAST]), 3)
@@ -139,7 +164,9 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
         "planned_faster_than_uniform": all(c["planned_over_uniform_throughput"] > 1 for c in out["checks"]),
         "dp_utilization_at_least_0.95": all(c["planned"]["utilization_measured"] >= 0.95
                                             for c in out["checks"] if c["plan"].startswith("dp")),
-        "prediction_within_5pct": all(abs(c[w]["error"]) <= 0.05 for c in out["checks"] for w in ("planned", "uniform"))}
+        "prediction_within_5pct": all(abs(c[w]["error"]) <= 0.05 for c in out["checks"] for w in ("planned", "uniform")),
+        "dp_speedup_prediction_within_5pct_interleaved": all(abs(c["interleaved"]["error"]) <= 0.05
+                                                             for c in out["checks"] if "interleaved" in c)}
     d = results_root() / plan_report.SUBDIR
     d.mkdir(parents=True, exist_ok=True)
     (d / f"check-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(out, indent=1))

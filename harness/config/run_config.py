@@ -31,7 +31,7 @@ TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/record/toggles.py
 # Fields that label a run but do not change what it measures: kept out of the variant hash.
 # The interleaved engine's sampling settings (how long and how finely a ratio was sampled) are
 # labels too: an interleaved +channels_last run measures what a plain one does.
-LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "precision", "budget_s", "block_s")
+LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "against", "precision", "budget_s", "block_s")
 
 
 def _check_toggles(self) -> None:
@@ -111,6 +111,10 @@ class RunConfig:
     steps (A B B A ...) until the speedup's 95% CI half-width reaches `precision` or `budget_s`
     runs out (harness/run/interleave.py); single-rank throughput runs with a toggle on. `steps`
     is then the cap per side. Not hashed."""
+    against: str = ""
+    """Interleaved: the other side, as `;`-separated KEY=VALUE overrides of this configuration
+    (e.g. `parallel.data=ddp`, `parallel.batch_split=`); empty = every toggle off and, on several
+    ranks, the parallel section's defaults (DDP on the same ranks). Not hashed."""
     precision: float = 0.03
     """Interleaved: target half-width of the speedup's 95% CI, relative (0.03 = +-3%). Not hashed."""
     budget_s: float = 30.0
@@ -152,6 +156,11 @@ class RunConfig:
                 object.__setattr__(self, name, float(v))
             if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
                 raise UsageError(f"{name} must be a number in {lo:g}..{hi:g}; got {brief(v)}")
+        for part in filter(None, self.against.split(";")):
+            key = part.split("=", 1)[0].strip()
+            if "=" not in part or key not in settable_keys() or key in LABEL_FIELDS:
+                raise UsageError(f"against: expected `;`-separated KEY=VALUE overrides of what is measured (keys: "
+                                 f"python -m harness list); got {brief(part)}")
         if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
             raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
         if not 1 <= self.seed <= SEED_MAX:

@@ -15,9 +15,13 @@ does, and each side's RNG state is swapped in around its blocks, so dropout and 
 follow the solo run's stream step for step; the correctness gate checks both sides' losses
 against the baseline's reference run (harness/run/runner.py).
 
-Where it applies: one rank, throughput mode, at least one toggle on (the baseline is the same
-configuration with every toggle off). Multi-rank layouts cannot hold two copies of a job in one
-process group; they are paired per repeat as before, and their record says why
+Where it applies: throughput mode, on one rank or several. The other side is `against`'s
+overrides of the configuration, by default every toggle off and, on several ranks, DDP on the
+same ranks (so `parallel.data=fsdp` is measured against DDP in the same process group, each rank
+holding both). With several ranks a step's time is the slowest rank's (gathered off the clock),
+and the budget is counted in those sampled seconds, so every rank stops at the same pair.
+Pipeline schedules are not interleaved (their per-step timeline and bubble are read from one
+stream of steps); they and time-to-train runs are paired per repeat, and the record says why
 (`ab_unavailable`).
 
 Clock: the variant's record is the run's record (its steps, eval, breakdown, MLPerf log); the
@@ -33,6 +37,7 @@ import torch
 
 from harness.config.run_config import RunConfig, Toggles
 from harness.measure.timing import now, sync
+from harness.parallel import dist as dist_mod
 from harness.parallel import expert as expert_parallel
 from harness.parallel.dist import DistInfo
 from harness.parallel.strategies import data_shard
@@ -48,17 +53,30 @@ REWARM = "rewarm"  # a block's first step, after the other side ran: trained, no
 
 
 def why_not(cfg: RunConfig, world: int) -> str | None:
-    """Why this configuration can't be interleaved with its baseline in one process, or None."""
-    if world > 1 or not cfg.parallel.is_default():
-        return "multi-rank layouts run one job per process group: paired per repeat instead"
+    """Why this configuration can't be interleaved with its other side in one process, or None."""
     if cfg.mode != "throughput":
         return "time-to-train runs are timed end to end: paired per repeat instead"
-    return None  # no toggle on: the baseline against itself, an A/A trial (harness calibrate)
+    for c in (cfg, baseline_of(cfg, world)):
+        if c.parallel.pp > 1:  # its schedule's timeline and bubble are read per steady step, in one stream
+            return "pipeline schedules record their own per-step timeline: paired per repeat instead"
+    return None  # no toggle on and no `against`: the baseline against itself, an A/A trial (harness calibrate)
 
 
-def baseline_of(cfg: RunConfig) -> RunConfig:
-    """The other side: the same configuration with every toggle off, sampled plainly."""
-    return dataclasses.replace(cfg, toggles=Toggles(), interleave=False)
+def baseline_of(cfg: RunConfig, world: int = 1) -> RunConfig:
+    """The other side ("A"), sampled plainly: `against`'s overrides of this configuration; without
+    them every toggle off and, on several ranks, the parallel section's defaults (DDP, same ranks)."""
+    plain = dataclasses.replace(cfg, interleave=False, against="")
+    if cfg.against:
+        return plain.with_overrides([a.strip() for a in cfg.against.split(";") if a.strip()])
+    from harness.config.run_config import Parallel
+    return dataclasses.replace(plain, toggles=Toggles(), parallel=Parallel() if world > 1 else cfg.parallel)
+
+
+def describe_other(cfg: RunConfig, world: int) -> str:
+    """The other side in words, for the record and `harness run`'s line."""
+    if cfg.against:
+        return cfg.against
+    return "every toggle off" + (", DDP on the same ranks" if world > 1 and not cfg.parallel.is_default() else "")
 
 
 class _Rng:
@@ -88,8 +106,10 @@ class _Side:
     steps: int = 0       # steps taken so far, warm-up included (the data plan's index)
     block: int = 1       # steps per block, set from warm-up
 
-    def step(self, device: torch.device) -> tuple[float, float, float]:
-        """One training step: (loss, step seconds, data-wait seconds), device-synced."""
+    def step(self, device: torch.device) -> tuple[float, float, float, dict]:
+        """One training step: (global-batch loss, the slowest rank's step seconds, its data wait,
+        the MoE figures or {}), device-synced; every rank gets the same figures (small collectives,
+        off the clock)."""
         expert_parallel.reset(self.run.workload, self.run.ts.eval_model)  # MoE statistics: this step's only
         t0 = now()
         x, y = next(self.loader)
@@ -98,7 +118,10 @@ class _Side:
         sync(device)  # device sync point: the step is finished before the clock is read
         t2 = now()
         self.steps += 1
-        return float(loss), t2 - t0, t1 - t0
+        loss_v, rank_step, rank_data = dist_mod.step_stats(self.run.dist, float(loss), t2 - t0, t1 - t0,
+                                                           self.run.ts.holds_loss)
+        moe = expert_parallel.step_figures(self.run.workload, self.run.ts.eval_model, self.run.dist)
+        return loss_v, max(rank_step), max(rank_data), moe
 
 
 class Interleaved:
@@ -111,7 +134,8 @@ class Interleaved:
 
     def prepare(self, run, loader, rec) -> None:
         self.b = _Side("B", run, loader, _Rng(self.cuda))  # the variant's streams as its init left them
-        base_run, base_loader = loop._init(baseline_of(self.cfg), self.workload, NullRecord(), self.dist)
+        base_run, base_loader = loop._init(baseline_of(self.cfg, self.dist.world), self.workload, NullRecord(),
+                                           self.dist)
         self.a = _Side("A", base_run, base_loader, _Rng(self.cuda))
 
     def close(self) -> None:
@@ -125,16 +149,21 @@ class Interleaved:
         base = {"step_s": [], "data_s": [], "loss": [], "phase": []}
         ml.start(K.EPOCH_START, epoch_num=1)
 
+        spent = [0.0]  # sampled seconds: every timed and re-warm step's slowest-rank time, the same on
+                       # every rank (a wall clock read per rank could end the ranks' loops at different pairs)
+
         def take(side: _Side, phase: str, n: int, block: int | None = None) -> float:
             """One step of re-warming after the switch of sides (in a block), then n steps of one
             side with its RNG streams; their median step time."""
             side.rng.load()
             times = []
             for i in range(n + (block is not None)):
-                loss, step_s, data_s = side.step(device)
+                loss, step_s, data_s, moe = side.step(device)
                 if not math.isfinite(loss):
                     raise loop.Diverged(f"loss is {loss} at step {side.steps - 1} of the "
                                         f"{'baseline' if side is self.a else 'configuration'} side")
+                if block is not None:
+                    spent[0] += step_s
                 if block is not None and i == 0:
                     # measured here: the first step after the other side ran is up to 2.5x slower
                     # (caches, allocator pages of the other model); a solo run never pays it
@@ -145,7 +174,7 @@ class Interleaved:
                 if side is self.b:
                     row = dict(step=side.steps - 1, phase=phase_now, t=now() - run_start_pc, loss=loss,
                                step_s=step_s, data_s=data_s)
-                    rec.log_step(**row, **({} if block is None else {"block": block}))
+                    rec.log_step(**row, **({} if block is None else {"block": block}), **moe)
                 else:
                     for key, v in (("step_s", step_s), ("data_s", data_s), ("loss", loss), ("phase", phase_now)):
                         base[key].append(v)
@@ -159,7 +188,6 @@ class Interleaved:
             side.block = max(1, math.ceil(cfg.block_s / max(step_s, 1e-6)))
         self._timed_loaders(run, warmup)
         ratios, blocks = [], []
-        t0 = now()
         ended = BUDGET
         while True:
             pair = len(ratios)
@@ -171,12 +199,12 @@ class Interleaved:
             if ab_stats.precise_enough(ratios, cfg.precision):
                 ended = PRECISION
                 break
-            if now() - t0 >= cfg.budget_s:
+            if spent[0] >= cfg.budget_s:
                 break
             if any(s.steps + s.block + 1 > s.cap for s in (self.a, self.b)):
                 ended = CAP
                 break
-        seconds = now() - t0
+        seconds = spent[0]
         ml.end(K.EPOCH_STOP, epoch_num=1)
         self.close()
         self._record(rec, ratios, blocks, base, ended, seconds, warmup)
@@ -192,13 +220,16 @@ class Interleaved:
             side.cap = warmup + min(MAX_STEPS, (side.block + 1) * blocks)
             dp_rank, dp_world = data_shard(r.cfg, r.dist)
             plan, _ = data.train_plan(r.workload.n_samples(r.root, "train", r.size), r.local_batch, r.cfg.seed,
-                                      side.cap, dp_rank, dp_world)
+                                      side.cap, dp_rank, dp_world, loop._shares(r.cfg, dp_world))
             side.loader = data.make_loader(r.cfg, r.workload, r.size, r.root, "train", plan[warmup:],
                                            r.dist.local_rank)
 
     def _record(self, rec, ratios, blocks, base, ended, seconds, warmup) -> None:
         s = ab_stats.summarise(ratios)
+        other = baseline_of(self.cfg, self.dist.world)
         rec.info["ab"] = {"baseline": {**base, "warmup": warmup}, "blocks": blocks,
+                          "against": describe_other(self.cfg, self.dist.world),
+                          "aa": other.variant_hash() == self.cfg.variant_hash(),
                           "block_columns": ["pair", "first", "baseline_median_step_s", "config_median_step_s"],
                           "ended_by": ended, "method": s["method"], "precision_target": self.cfg.precision,
                           "budget_s": self.cfg.budget_s, "block_s": self.cfg.block_s}

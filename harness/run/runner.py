@@ -141,7 +141,7 @@ def _gate_baseline_side(cfg: RunConfig, rec) -> str | None:
     from harness.run import gate
     from harness.run.interleave import baseline_of
     decided: dict = {}
-    problem = gate.check(baseline_of(cfg), side["loss"], Path(cfg.reference_run), decided)
+    problem = gate.check(baseline_of(cfg, rec.info.get("world", 1)), side["loss"], Path(cfg.reference_run), decided)
     rec.info["ab_baseline_gate_passed"] = decided.get("gate_passed", 0)
     return problem and f"interleaved baseline side: {problem}"
 

@@ -42,8 +42,7 @@ def describe(rec: dict) -> list[str]:
     verdict = stability.verdict(pd.DataFrame([s]), [steps])
     lines = [", ".join(parts) + f"; {verdict}"]
     if isinstance(s.get("ab_ratio"), (int, float)):
-        aa = not any(_on(v) for v in cfg.get("toggles", {}).values())
-        lines.append(interleaved_line(s, aa))
+        lines.append(interleaved_line(s))
     elif s.get("ab_unavailable"):
         lines.append(f"not interleaved: {s['ab_unavailable']}")
     if stability.kind(verdict) == stability.DISTURBED:
@@ -53,20 +52,18 @@ def describe(rec: dict) -> list[str]:
     return lines
 
 
-def interleaved_line(s: dict, aa: bool = False) -> str:
-    """The in-process A/B figure of an interleaved run: speedup over the toggles-off baseline
+def interleaved_line(s: dict) -> str:
+    """The in-process A/B figure of an interleaved run: speedup over the other side (named)
     [95% CI], block pairs, and what ended the sampling."""
     ab = s.get("ab", {}) if isinstance(s.get("ab"), dict) else {}
+    aa = bool(ab.get("aa"))
+    against = "itself (A/A)" if aa else f"its other side ({ab.get('against', 'every toggle off')})"
     lo, hi = s.get("ab_lo"), s.get("ab_hi")
     ci = f"[{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and lo == lo else "[no interval]"
     hw = s.get("ab_half_width")
     target = ab.get("precision_target")
     ended = ("precision target reached" if s.get("ab_precision_reached") else
              f"{ab.get('ended_by', '?')} ended it" + (f" (target +-{target:.0%})" if isinstance(target, float) else ""))
-    return (f"interleaved with the toggles-off baseline in this process: speedup {s['ab_ratio']:.3f}x {ci} 95% over "
+    return (f"interleaved in this process with {against}: speedup {s['ab_ratio']:.3f}x {ci} 95% over "
             f"{s.get('ab_pairs')} block pairs" + (f", +-{hw:.1%}" if isinstance(hw, float) else "") +
-            f"; {ended} after {s.get('ab_seconds', 0):.0f} s" + (" (A/A: the baseline against itself)" if aa else ""))
-
-
-def _on(v) -> bool:
-    return v not in (False, "off", None, "False")
+            f"; {ended} after {s.get('ab_seconds', 0):.0f} s of sampled steps")
