@@ -142,3 +142,12 @@ def test_few_pairs_get_an_interval_valid_at_their_count():
     assert stats.median_interval_ranks(5) is None  # [min, max] of 5 covers 93.75% < 95%
     one = stats.paired_ratio([1.2], [1.0])
     assert one["method"] == stats.NO_INTERVAL and one["ci_lo"] != one["ci_lo"]
+
+
+def test_a_change_below_the_noise_threshold_is_not_called():
+    """criterion's rule at our precision target: an interval that excludes 1 around a 2% change
+    is 'within noise'; the same interval around a 5% change is a finding."""
+    assert stats.verdict(1.01, 1.03) == "faster"  # without the estimate: the interval alone
+    assert stats.verdict(1.01, 1.03, 1.02) == "within noise"
+    assert stats.verdict(0.951, 0.994, 0.972) == "within noise"
+    assert stats.verdict(1.02, 1.08, 1.05) == "faster" and stats.verdict(0.90, 0.95, 0.93) == "slower"

@@ -140,7 +140,7 @@ def test_small_sweep_records_every_cell_and_prints_table(env, tmp_path):
     assert row["paired_speedup"] == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
     assert row["paired_lo"] <= row["paired_speedup"] <= row["paired_hi"]
     assert row["verdict_on"] == "paired"  # two pairs: the verdict is on their t interval, not the pooled bootstrap
-    assert row["verdict"] == stats.verdict(row["paired_lo"], row["paired_hi"])
+    assert row["verdict"] == stats.verdict(row["paired_lo"], row["paired_hi"], row["paired_speedup"])
     assert pd.isna(table.loc["+cuda_graphs"].get("paired_speedup"))  # unsupported: nothing to pair
 
 
@@ -167,7 +167,7 @@ def test_an_interleaved_sweep_judges_each_toggle_on_its_in_process_blocks(env, t
     assert row["paired_method"] == interleaved.COMBINED and row["processes"] == 2 and row["verdict_on"] == "interleaved"
     got = interleaved.combine(list(zip(*(frame.loc[labels == "+channels_last", k] for k in ("ab_ratio", "ab_lo", "ab_hi")))))
     assert row["paired_speedup"] == pytest.approx(got["ratio"])
-    assert row["verdict"] == stats.verdict(row["paired_lo"], row["paired_hi"])
+    assert row["verdict"] == stats.verdict(row["paired_lo"], row["paired_hi"], row["paired_speedup"])
     assert "(i x2)" in p.stdout and "verdicts on: interleaved = in-process interleaved blocks" in p.stdout
 
 

@@ -38,10 +38,10 @@ def latest(df: pd.DataFrame) -> dict | None:
         return None
     g = g.sort_values("repeat") if "repeat" in g else g
     est = list(zip(g["ab_ratio"].astype(float), g["ab_lo"].astype(float), g["ab_hi"].astype(float)))
-    called = [estimators.verdict(lo, hi) != "within noise" for _, lo, hi in est]
+    called = [estimators.verdict(lo, hi, r) != "within noise" for r, lo, hi in est]
     twos = [interleaved.combine(est[i:i + 2]) for i in range(0, len(est) - 1, 2)]
     twos = [c for c in twos if c is not None]
-    called2 = [estimators.verdict(c["ci_lo"], c["ci_hi"]) != "within noise" for c in twos]
+    called2 = [estimators.verdict(c["ci_lo"], c["ci_hi"], c["ratio"]) != "within noise" for c in twos]
     hw = [interleaved.half_width(lo, hi, r) for r, lo, hi in est]
     return {"sweep": sweep, "workload": f"{g['workload'].iloc[0]}/{g['size'].iloc[0]}",
             "trials": len(est), "false_positives": int(sum(called)), "rate": float(np.mean(called)),

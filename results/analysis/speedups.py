@@ -182,13 +182,13 @@ def _verdict(row: dict, config: str) -> dict:
     bootstrap. Which one is named in `verdict_on`."""
     if config == "baseline":
         return {"verdict": "baseline"} if "speedup" in row else {}
-    for on, lo, hi in (("interleaved", "paired_lo", "paired_hi"), ("paired", "paired_lo", "paired_hi"),
-                       ("pooled", "ci_lo", "ci_hi")):
+    for on, mid, lo, hi in (("interleaved", "paired_speedup", "paired_lo", "paired_hi"),
+                            ("paired", "paired_speedup", "paired_lo", "paired_hi"), ("pooled", "speedup", "ci_lo", "ci_hi")):
         if on == "interleaved" and not row.get("processes"):
             continue
         lo_v, hi_v = row.get(lo), row.get(hi)
         if lo_v is not None and hi_v is not None and np.isfinite(lo_v) and np.isfinite(hi_v):
-            return {"verdict": stats.verdict(lo_v, hi_v), "verdict_on": on}
+            return {"verdict": stats.verdict(lo_v, hi_v, row[mid]), "verdict_on": on}
     return {}
 
 
