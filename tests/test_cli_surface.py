@@ -18,6 +18,7 @@ FROZEN = {
     "weak": ["--instance-size", "--set", "--size", "workload"],
     "check-logs": ["logs"],
     "cell": ["cells", "index"],
+    "calibrate": ["--file", "--trials"],
     # the collectives benchmark is not a RunConfig run: its flags are nccl-tests' own (-b -e -f -n -w -c)
     "comm": ["--backends", "--check", "--collectives", "--dtypes", "--iters", "--maxbytes", "--minbytes", "--no-ingest",
              "--stepfactor", "--warmup-iters"],

@@ -132,6 +132,7 @@ def test_one_real_interleaved_pair_in_one_process(env, data_root):
     json.dumps(s)  # the summary stays plain JSON (no inf)
 
 
+@pytest.mark.slow  # 2 ranks, ~25 s: make test-all
 def test_a_strategy_interleaved_against_ddp_on_two_ranks(env, data_root):
     """FSDP against DDP in one process group under mpiexec (each rank holds both): every rank
     stops at the same block pair, the other side is named, and both sides pass the gate against
