@@ -175,3 +175,10 @@ def test_the_other_side_is_the_toggles_off_config_or_what_against_says():
     pp = RunConfig(workload="lm", ranks=2).with_overrides(["parallel.pp=2", "interleave=true"])
     assert "pipeline" in interleave.why_not(pp, 2)
     assert "time-to-train" in interleave.why_not(RunConfig(workload="cosmoflow", mode="ttt", interleave=True), 1)
+
+
+def test_the_warning_names_the_disturbing_cause_not_the_noise_beside_it():
+    v = stability.verdict(pd.DataFrame({"cv_step": [0.21, 0.2], "ab_ratio": [1.50, 2.00], "ab_lo": [1.43, 1.90],
+                                        "ab_hi": [1.56, 2.14]}))
+    line = stability.warning(pd.DataFrame({"config": ["+channels_last"], "stability": [v]}))
+    assert "the speedup differs between processes" in line and "step times vary" not in line

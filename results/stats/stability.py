@@ -117,6 +117,7 @@ def warning(table: pd.DataFrame) -> str | None:
     bad = table[[kind(v) == DISTURBED for v in table["stability"]]]
     if bad.empty:
         return None
-    first = bad["stability"].iloc[0].removeprefix(f"{DISTURBED}: ").split("; ")[0]
+    reasons = bad["stability"].iloc[0].removeprefix(f"{DISTURBED}: ").split("; ")
+    first = next((r for r in reasons if not r.startswith("step times")), reasons[0])  # the disturbing cause, not the noise
     return (f"warning: {len(bad)} of {len(table)} configurations measured on a disturbed machine ({first}): these "
             "speedups can't be trusted; rerun on a quiet machine")
