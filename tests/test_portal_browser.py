@@ -124,7 +124,10 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
         grid = page.locator(TABLE).first  # the numbers table, as the grid shows its cells
         headers = grid.locator("[role='columnheader']").all_text_contents()
         cells = grid.locator("[role='gridcell']").all_text_contents()
+        text = page.locator("body").inner_text()
     assert drawn == want
+    # the latest A/A calibration, as the sweep summary prints it (none in this store)
+    assert "A/A calibration: none yet on this store (python -m harness calibrate)" in text
     # the numbers table says the same as results: pooled and paired speedups, stability, per configuration
     cols = {h.strip(): i for i, h in enumerate(headers)}
     rows = {r[0]: r for r in (cells[i:i + len(headers)] for i in range(0, len(cells), len(headers)))}
