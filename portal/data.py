@@ -213,10 +213,5 @@ def calibration_line(df: pd.DataFrame) -> str:
 
 
 def verdict_figures(t: pd.DataFrame) -> pd.DataFrame:
-    """The speedup table with each configuration's point and interval replaced by the figure its
-    verdict is on (interleaved or paired; the pooled bootstrap where there are no pairs)."""
-    on = t["verdict_on"].isin(["interleaved", "paired"]) if "verdict_on" in t else pd.Series(False, index=t.index)
-    t = t.copy()
-    for col, src in (("speedup", "paired_speedup"), ("ci_lo", "paired_lo"), ("ci_hi", "paired_hi")):
-        t.loc[on, col] = t.loc[on, src]
-    return t
+    """Each configuration's point and interval: the figure its verdict is on (results/analysis/speedups)."""
+    return report.verdict_figures(t)

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"results: error: {problem}", file=sys.stderr)
         return 2
     if args.cmd == "summary":
-        from results.analysis.speedups import print_sweep_summary
+        from results.analysis.sweep_summary import print_sweep_summary
         print_sweep_summary(root / "runs", args.sweep)
         return 0
     from results.store.tracking import default_tracking_uri

@@ -51,9 +51,7 @@ def _demo(results: Path) -> tuple[dict, float]:
         if r.get("verdict") is None or r["verdict"] != r["verdict"]:
             continue
         on = r.get("verdict_on")
-        fig = ("paired_speedup", "paired_lo", "paired_hi") if on in ("interleaved", "paired") else \
-            ("speedup", "ci_lo", "ci_hi")
-        v, lo, hi = (float(r[k]) for k in fig)
+        v, lo, hi = speedups.verdict_figure(r)
         done = frame[(speedups.label_configs(frame) == r["config"]) & (frame["status"] == "finished")]
         out[r["config"]] = {"verdict": r["verdict"], "on": on, "speedup": round(v, 4),
                             "ci95": [round(lo, 4), round(hi, 4)], "half_width": round(interleaved.half_width(lo, hi, v), 4),

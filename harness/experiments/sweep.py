@@ -304,7 +304,7 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
            dry_run=dry_run, wait=wait)
     if backend.runs_here and not dry_run:
         print("Browse the results: make portal  (then open http://127.0.0.1:8501)")
-        from results.analysis.speedups import stability_warning
+        from results.analysis.sweep_summary import stability_warning
         unstable = stability_warning(results / "runs", sweep_id)
         if unstable:  # the last line: the figures above came from a machine that was not quiet
             print(unstable)

@@ -130,7 +130,7 @@ class LocalBackend:
     def _ingest_and_summarize(self) -> None:
         """The ingest job's two commands (`python -m results ingest`, `... summary`), in-process."""
         from results.store.ingest import ingest_all
-        from results.analysis.speedups import print_sweep_summary
+        from results.analysis.sweep_summary import print_sweep_summary
         from results.store.tracking import default_tracking_uri
         root = self._plan.results
         uri = default_tracking_uri(root)
