@@ -55,6 +55,8 @@ CAPABILITIES = {
     "tensor_parallel_volume": "(size, batch, tp, sp, act_bytes) -> analytic bytes per collective per step",
     "expert_parallel_check": "(size, ep) -> why this size's experts cannot be spread over ep ranks, or None",
     "moe_layers": "(model) -> its Mixture-of-Experts layers, in order",
+    "context_parallel_check": "(size, cp) -> why this size's sequences cannot be split over cp ranks, or None",
+    "context_parallel_modules": "(model) -> (the module with position_ids, its attention modules with attend)",
     "pipeline_check": "(size, stages, split | None) -> why the model cannot be cut so, or None",
     "pipeline_split": "(size, stages) -> blocks per stage when no split is given",
     "pipeline_stages": "(model, split, owned) -> this rank's stage modules",
@@ -130,6 +132,10 @@ class Workload(Protocol):
     def fsdp_units(self, model: "nn.Module") -> list["nn.Module"]:
         """Submodules sharded as FSDP units of their own (transformer blocks, encoder blocks):
         each is all-gathered just before it runs and freed after; the rest belongs to the root."""
+
+    def recompute_units(self, model: "nn.Module") -> list:
+        """The blocks parallel.recompute re-runs in backward: modules, or tuples of consecutive
+        modules of one nn.Sequential recomputed together (harness/parallel/recompute.py)."""
 
     def loss(self, output: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor": ...
 

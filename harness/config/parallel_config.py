@@ -2,9 +2,11 @@
 Torch-free (the CLI validates before paying for torch); harness/parallel/strategies.py and
 harness/parallel/pipeline.py apply it.
 
-Ranks are laid out as a (pp, dp, tp) mesh, row-major (torchtitan's order: pipeline outermost,
-tensor parallel innermost): rank = pp_i * dp * tp + dp_i * tp + tp_i. The data-parallel degree
-is what the world leaves after pp and tp.
+Ranks are laid out as a (pp, dp, cp, tp) mesh, row-major (torchtitan's order: pipeline outermost,
+tensor parallel innermost): rank = pp_i * dp * cp * tp + dp_i * cp * tp + cp_i * tp + tp_i. The
+data-parallel degree is what the world leaves after pp, cp and tp. Gradients are reduced over
+dp x cp together (torchtitan's dp_shard_cp): the cp ranks of a replica hold the same parameters
+and read the same samples, each a different part of every sequence.
 """
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ from dataclasses import dataclass, fields
 from harness.config.errors import UsageError
 from results.record.labels import strategy_name
 
-DATA_STRATEGIES = ("ddp", "zero1", "fsdp")
+DATA_STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")
+CP_METHODS = ("allgather",)   # ring (KV blocks passed round the group) is not built yet
+RECOMPUTE = ("none", "selective", "full")
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 # fields added after the first release of the section: left out of the variant hash at their
 # defaults, so runs recorded before them keep their ids
-_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep", "batch_split")
+_LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep", "batch_split", "cp",
+                 "cp_method", "recompute")
 
 
 def _positive_int(name: str, value) -> None:
@@ -32,8 +37,10 @@ class Parallel:
 
     data: str = "ddp"
     """Data-parallel strategy: ddp (replicas, gradient all-reduce), zero1 (optimizer state
-    sharded: ZeroRedundancyOptimizer), fsdp (parameters, gradients and optimizer state sharded:
-    FSDP2 fully_shard)."""
+    sharded: ZeroRedundancyOptimizer), zero2 (gradients and optimizer state sharded: FSDP2
+    fully_shard with reshard_after_forward=False, the parameters gathered once per step and kept
+    until backward ends), fsdp (parameters, gradients and optimizer state sharded: FSDP2
+    fully_shard, parameters resharded after each unit's forward)."""
     tp: int = 1
     """Tensor-parallel degree (Megatron column -> row splits of attention and MLP)."""
     sp: bool = False
@@ -58,6 +65,19 @@ class Parallel:
     ep ranks, tokens sent to their experts' ranks and back with all-to-all
     (harness/parallel/expert.py); the rest of the model data-parallel (ddp) over all ranks."""
 
+    cp: int = 1
+    """Context-parallel degree (LM): each rank holds seq_len / cp tokens of every sequence, in
+    two chunks balanced for the causal mask (i and 2cp-1-i); attention gathers K and V from
+    the cp group (harness/parallel/context.py)."""
+    cp_method: str = "allgather"
+    """Context parallel: how K and V reach every rank: allgather (torchtitan's default, Llama 3's
+    method: the whole K and V all-gathered per layer, their gradients reduce-scattered)."""
+    recompute: str = "none"
+    """Activation recomputation (harness/parallel/recompute.py) of each block the workload names:
+    none; full (torch.utils.checkpoint: only each block's input kept, the block re-run in
+    backward); selective (torchtitan's op-level policy: matmul, convolution and attention outputs
+    kept, the cheap ops between them recomputed). Runs on one rank too."""
+
     batch_split: str = ""
     """Uneven data parallel: samples of each global batch per data-parallel rank, "a,b,..."
     (summing to the batch size), e.g. from `python -m harness plan` for ranks of unequal speed;
@@ -74,6 +94,15 @@ class Parallel:
         if self.sp and self.tp == 1:
             raise UsageError("parallel.sp=true needs parallel.tp > 1 (sequence parallel splits the "
                              "tensor-parallel regions' neighbours)")
+        _positive_int("cp", self.cp)
+        if self.cp_method not in CP_METHODS:
+            raise UsageError(f"parallel.cp_method must be one of {', '.join(CP_METHODS)}; got {self.cp_method!r} "
+                             f"(ring: not built yet)")
+        if self.recompute not in RECOMPUTE:
+            raise UsageError(f"parallel.recompute must be one of {', '.join(RECOMPUTE)}; got {self.recompute!r}")
+        problem = self._context_problem()
+        if problem:
+            raise UsageError(problem)
         if self.pp_schedule not in PP_SCHEDULES:
             raise UsageError(f"parallel.pp_schedule must be one of {', '.join(PP_SCHEDULES)}; "
                              f"got {self.pp_schedule!r}")
@@ -88,12 +117,24 @@ class Parallel:
                                  f"got {self.batch_split!r}") from None
             if min(shares) < 1:
                 raise UsageError(f"parallel.batch_split {self.batch_split!r} gives a rank no samples; every rank needs >= 1")
-            if self.tp > 1 or self.pp > 1 or self.ep > 1:
+            if self.tp > 1 or self.pp > 1 or self.ep > 1 or self.cp > 1:
                 raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
                                  "for unequal pipeline stages use parallel.pp_split")
         if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data != "ddp"):
             raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp only so far (experts sharded, "
                              f"the rest replicated); got {self.label()}")
+
+    def _context_problem(self) -> str | None:
+        """What context parallel does not compose with yet, or None."""
+        if self.cp == 1:
+            return None
+        for name, on in (("pp", self.pp > 1), ("ep", self.ep > 1), ("sp", self.sp)):
+            if on:
+                return (f"parallel.cp with parallel.{name}: not built yet; context parallel composes with "
+                        f"parallel.data (ddp, zero2, fsdp) and parallel.tp")
+        if self.data == "zero1":
+            return "parallel.cp with parallel.data=zero1: not built yet; use ddp, zero2 or fsdp"
+        return None
 
     def _pipeline_problem(self) -> str | None:
         p = self
@@ -105,8 +146,8 @@ class Parallel:
         if p.tp > 1:
             return ("parallel.pp with parallel.tp > 1: pipeline x tensor parallel is not built yet; "
                     "pipeline composes with parallel.data (ddp, zero1, fsdp)")
-        if p.data == "zero1":
-            return ("parallel.data=zero1 with parallel.pp: not built yet (ZeroRedundancyOptimizer broadcasts plain "
+        if p.data in ("zero1", "zero2"):
+            return (f"parallel.data={p.data} with parallel.pp: not built yet (ZeroRedundancyOptimizer broadcasts plain "
                     "tensors; a pipeline's replicated stages hold DTensors); use parallel.data=ddp or fsdp")
         if (p.pp_schedule == "interleaved_1f1b") != (p.pp_virtual > 1):
             return ("parallel.pp_schedule=interleaved_1f1b needs parallel.pp_virtual >= 2, and pp_virtual > 1 "
@@ -149,6 +190,15 @@ class Parallel:
     def is_default(self) -> bool:
         return self == Parallel()
 
+    def needs_ranks(self) -> bool:
+        """Does anything set here need more than one rank? (Recomputation does not.)"""
+        return not Parallel(recompute=self.recompute) == self
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks of one data-parallel replica: pp x cp x tp."""
+        return self.pp * self.cp * self.tp
+
     def hash_dict(self) -> dict:
         """The fields of the variant hash: the later ones only when set."""
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -157,24 +207,28 @@ class Parallel:
     def layout_problem(self, ranks: int) -> str | None:
         """Why this section can't lay out over `ranks` ranks, or None. Checked by RunConfig when
         ranks is given and by the runner against the launched world (harness/parallel/strategies.py)."""
-        if ranks == 1 and not self.is_default():
-            what = (f"pp={self.pp}" if self.pp > 1 else f"ep={self.ep}" if self.ep > 1
+        if ranks == 1 and self.needs_ranks():
+            what = (f"pp={self.pp}" if self.pp > 1 else f"ep={self.ep}" if self.ep > 1 else f"cp={self.cp}" if self.cp > 1
                     else f"data={self.data}" if self.data != "ddp"
                     else f"batch_split={self.batch_split}" if self.batch_split else f"tp={self.tp}")
             return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
-        for name in ("pp", "tp", "ep"):
+        for name in ("pp", "tp", "ep", "cp"):
             n = getattr(self, name)
             if ranks % n:
                 valid = ", ".join(str(t) for t in range(1, ranks + 1) if ranks % t == 0)
                 return f"parallel.{name}={n} does not divide ranks={ranks}; valid: {valid}"
-        if self.tp > 1 and ranks > self.tp and self.data != "fsdp":
+        if ranks % self.model_parallel:
+            return (f"pp={self.pp} x cp={self.cp} x tp={self.tp} = {self.model_parallel} ranks per replica does not "
+                    f"divide ranks={ranks}")
+        if self.tp > 1 and ranks > self.tp and self.data not in ("fsdp", "zero2"):
             return (f"parallel.data={self.data} with tensor parallel on {ranks} ranks: DDP and ZeRO-1 do not compose "
-                    f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp for dp x tp")
+                    f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp or zero2 for "
+                    f"dp x tp (or cp x tp)")
         return None
 
     def batch_problem(self, global_batch: int, ranks: int) -> str | None:
         """Why the global batch can't be split over the data-parallel ranks and microbatches."""
-        dp = max(1, ranks // (self.tp * self.pp))
+        dp = max(1, ranks // self.model_parallel)
         if self.batch_split:
             shares = self.shares()
             if len(shares) != dp or sum(shares) != global_batch:
@@ -191,4 +245,4 @@ class Parallel:
     def label(self) -> str:
         """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8 ..."""
         return strategy_name(self.data, self.tp, self.sp, self.pp, self.pp_virtual, self.pp_schedule,
-                             self.microbatches, self.pp_split, self.ep, self.batch_split)
+                             self.microbatches, self.pp_split, self.ep, self.batch_split, self.cp, self.recompute)

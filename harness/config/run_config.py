@@ -31,7 +31,8 @@ TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/record/toggles.py
 # Fields that label a run but do not change what it measures: kept out of the variant hash.
 # The interleaved engine's sampling settings (how long and how finely a ratio was sampled) are
 # labels too: an interleaved +channels_last run measures what a plain one does.
-LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "against", "precision", "budget_s", "block_s")
+LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "against", "precision", "budget_s", "block_s",
+                "account")
 
 
 def _check_toggles(self) -> None:
@@ -121,6 +122,10 @@ class RunConfig:
     """Interleaved: seconds of interleaved sampling per process before it stops unfinished. Not hashed."""
     block_s: float = 0.2
     """Interleaved: the least seconds one block of steps lasts (its step count is set from warm-up). Not hashed."""
+    account: bool = False
+    """After the timed steps, measure memory (model state, peak, activation bytes per block) on
+    one rank too; always on with more ranks or parallel.recompute (harness/parallel/accounting.py).
+    Not hashed: it measures after the clock."""
     sweep: str = ""
     """Label: the sweep this run belongs to (not hashed)."""
     repeat: int = 0
@@ -185,6 +190,13 @@ class RunConfig:
             raise UsageError(problem)
         if self.parallel.pp > 1:
             _check_pipeline(wl, self, registry)
+        if self.parallel.cp > 1:
+            check = registry.capability(wl, "context_parallel_check")
+            problem = (check(wl.sizes[self.size], self.parallel.cp) if check else
+                       f"parallel.cp={self.parallel.cp}: {self.workload} has no sequence to split; workloads with one: "
+                       f"{', '.join(registry.supporting('context_parallel_check'))}")
+            if problem:
+                raise UsageError(problem)
         if self.parallel.ep > 1:
             check = registry.capability(wl, "expert_parallel_check")
             problem = (check(wl.sizes[self.size], self.parallel.ep) if check else

@@ -143,10 +143,17 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int,
     out: dict[str, int] = defaultdict(int)
     if p.tp > 1:
         size = workload.sizes[cfg.size]
+        if p.cp > 1:  # each rank's tensor-parallel regions hold its part of the sequence
+            import dataclasses
+            size = dataclasses.replace(size, seq_len=size.seq_len // p.cp)
         for kind, b in workload.tensor_parallel_volume(size, local_batch, p.tp, p.sp, act_bytes).items():
             out[kind] += b
     if pipeline is not None:
         for kind, b in _pipeline_volume(pipeline, local_batch).items():
+            out[kind] += b
+    if p.cp > 1:  # K and V gathered per layer, their gradients reduce-scattered (harness/parallel/context.py)
+        from harness.parallel import context
+        for kind, b in context.volume(workload.sizes[cfg.size], local_batch, p.cp, p.tp, act_bytes).items():
             out[kind] += b
     if experts:
         out["all_to_all"] += int(experts["all_to_all"])
@@ -196,12 +203,13 @@ def _data_parallel_volume(strategy: str, model: torch.nn.Module, workload, world
             out["broadcast"] = out.get("broadcast", 0) + full  # every parameter from its owner
         return out
     # fsdp: forward gathers every unit; backward re-gathers every unit but the root (FSDP2
-    # keeps the root's parameters after forward); gradients reduce-scattered once
+    # keeps the root's parameters after forward); gradients reduce-scattered once. zero2 (and
+    # a pipeline's stages) keep them gathered from forward to backward: one all-gather each
     units = [u for part in (model if piped else [model]) for u in workload.fsdp_units(part)]
     in_units = {id(p) for u in units for p in u.parameters()}
     unit_bytes = sum(_padded_numel(_tp_local_shape(p), world) * 4 for p in params if id(p) in in_units)
     root_bytes = sum(_padded_numel(_tp_local_shape(p), world) * 4 for p in params if id(p) not in in_units)
-    gathers = 1 if piped else 2
+    gathers = 1 if piped or strategy == "zero2" else 2
     return {"all_gather": gathers * unit_bytes + root_bytes, "reduce_scatter": unit_bytes + root_bytes}
 
 
@@ -274,6 +282,7 @@ def account(ts, batches: list, world: int) -> dict:
     profiler's memory timeline, and the process's peak RSS (VmHWM) over a plain step before
     them (the profiler's own memory would inflate it)."""
     import torch.distributed as td
+    from harness.parallel import activations
     from harness.parallel import expert as expert_parallel
 
     def step(b):
@@ -298,18 +307,23 @@ def account(ts, batches: list, world: int) -> dict:
                    "all_reduce": expert_parallel.expert_all_reduce_bytes(ts), "ignore": ts.ddp_ignore}
     analytic = analytic_comms(ts.cfg, ts.eval_model, ts.workload, world, local_batch=len(batches[0][0]),
                               act_bytes=4 if ts.dtype == "fp32" else 2, pipeline=ts.pipeline, experts=experts)
-    mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer),
+    # what one forward keeps per block (recomputation's and context parallel's effect, measured)
+    kept = None if ts.pipeline is not None else activations.measure(ts, batches[0])
+    mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer), "activations": kept,
             "peak_memory": rss if ts.device.type == "cuda" else tensor_peak,
             "peak_rss": None if ts.device.type == "cuda" else rss,
             "measured": steps[-1], "analytic": analytic}  # a pipeline's ranks differ: every rank's
-    every: list = [None] * world
-    td.all_gather_object(every, mine)
+    every: list = [mine]
+    if world > 1:
+        every = [None] * world
+        td.all_gather_object(every, mine)
     return {"strategy": ts.cfg.parallel.label(), "world": world, "steps_measured": len(steps),
             "measured_per_step": steps[-1], "per_step": steps, "analytic_per_step": analytic,
             "measured_per_rank": [e["measured"] for e in every], "analytic_per_rank": [e["analytic"] for e in every],
             "model_state_per_rank": [e["model_state"] for e in every],
             "peak_memory_per_rank": [e["peak_memory"] for e in every],
             "peak_rss_per_rank": [e["peak_rss"] for e in every],
+            "activations_per_rank": [e["activations"] for e in every],
             "peak_memory_kind": ("cuda max_memory_allocated" if ts.device.type == "cuda"
                                  else "live tensor bytes (profiler memory timeline)")}
 
@@ -329,6 +343,9 @@ def summary_figures(acc: dict) -> dict[str, float]:
     # per-rank bytes on the wire, nccl-tests' bus convention (ring algorithms)
     out["comm_bus_bytes_per_rank_per_step"] = sum(m["bytes"] * BUS_FACTOR.get(k, lambda _: 1.0)(n)
                                                  for k, m in measured.items())
+    kept = [a["mean_per_unit"] for a in acc.get("activations_per_rank") or [] if a]
+    if kept:  # bytes one forward keeps per block (harness/parallel/activations.py), the largest rank's
+        out["mem_activation_bytes_per_block"] = max(kept)
     states = [sum(s.values()) for s in acc["model_state_per_rank"]]
     out["mem_model_state_bytes_per_rank"] = max(states)
     for part in ("params", "grads", "optimizer"):

@@ -6,6 +6,8 @@ Data-parallel strategies (parallel.data), all over the same global batch:
   zero1  DDP + ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share of
          the parameters, steps them and broadcasts them (torch's ZeRO-1: all-reduce of the
          gradients, then a broadcast per parameter from its owner)
+  zero2  FSDP2 fully_shard with reshard_after_forward=False: gradients and optimizer state
+         sharded, parameters gathered once per step (forward) and held through backward
   fsdp   FSDP2 fully_shard, one unit per block the workload names (fsdp_units) and the root:
          parameters, gradients and optimizer state sharded; parameters all-gathered before
          use (again in backward for resharded units), gradients reduce-scattered
@@ -36,18 +38,20 @@ def check(cfg: RunConfig, world: int) -> None:
 
 
 def data_shard(cfg: RunConfig, dist) -> tuple[int, int]:
-    """(data-parallel rank, data-parallel world): the mesh is (pp, dp, tp), row-major as
-    init_device_mesh lays it out (harness/config/parallel_config.py), so the tp ranks and the pipeline
-    stages of one replica read the same samples."""
+    """(data-parallel rank, data-parallel world): the mesh is (pp, dp, cp, tp), row-major as
+    init_device_mesh lays it out (harness/config/parallel_config.py), so the tp and cp ranks and
+    the pipeline stages of one replica read the same samples."""
     if dist.world == 1:
         return 0, 1
-    tp, pp = cfg.parallel.tp, cfg.parallel.pp
-    dp = dist.world // (tp * pp)
-    return (dist.rank // tp) % dp, dp
+    p = cfg.parallel
+    dp = dist.world // p.model_parallel
+    return (dist.rank // (p.cp * p.tp)) % dp, dp
 
 
 def mesh(ts):
-    """The (dp, tp) device mesh, or (pp, dp, tp) with a pipeline, built once per run."""
+    """The (dp, tp) device mesh, or (pp, dp, tp) with a pipeline, built once per run. With
+    context parallel, "dp" spans dp x cp: the group the gradients are reduced over (the cp
+    ranks' own group: harness/parallel/context.py)."""
     if getattr(ts, "mesh", None) is None:
         from torch.distributed.device_mesh import init_device_mesh
         tp, pp = ts.cfg.parallel.tp, ts.cfg.parallel.pp
@@ -59,6 +63,7 @@ def mesh(ts):
 
 
 def _dp_degree(ts) -> int:
+    """Ranks the gradients are reduced over: dp x cp."""
     return ts.world // (ts.cfg.parallel.tp * ts.cfg.parallel.pp)
 
 
@@ -100,12 +105,17 @@ def apply_data_parallel(ts) -> None:
     if ts.pipeline is not None:
         _data_parallel_stages(ts)
         return
-    if ts.cfg.parallel.data == "fsdp":
+    if ts.cfg.parallel.data in ("fsdp", "zero2"):
         from torch.distributed.fsdp import fully_shard
         dp = mesh(ts)["dp"]  # with tp: 2D parameters, sharded over dp within each tp shard
+        # zero2: the parameters gathered in forward stay until backward is done (no second
+        # all-gather); gradients and optimizer state stay sharded (torchtitan's ZeRO-2 setting)
+        # (only zero2 passes the setting: given explicitly, FSDP2 no longer lets the root keep
+        # its parameters from forward to backward, measured: the root gathered twice a step)
+        keep = {"reshard_after_forward": False} if ts.cfg.parallel.data == "zero2" else {}
         for unit in ts.workload.fsdp_units(ts.model):
-            fully_shard(unit, mesh=dp)
-        fully_shard(ts.model, mesh=dp)
+            fully_shard(unit, mesh=dp, **keep)
+        fully_shard(ts.model, mesh=dp, **keep)
         ts.lockstep_eval = True  # a sharded forward all-gathers: every rank runs every eval batch
         return
     from torch.nn.parallel import DistributedDataParallel

@@ -8,8 +8,12 @@ apply_fsdp / apply_ddp, each a function):
   pipeline_split  parallel.pp > 1: this rank's pipeline stages of the model (harness/parallel/pipeline.py)
   tensor_parallel parallel.tp > 1: the workload's plan (Megatron column -> row splits, sequence
                   parallel regions) over the mesh's tp dimension (harness/parallel/strategies.py)
+  context_parallel parallel.cp > 1: each rank's part of every sequence, K and V all-gathered in
+                  attention (harness/parallel/context.py)
   expert_parallel parallel.ep > 1: each MoE layer's experts sharded over ep ranks, tokens routed
                   to them by all-to-all (harness/parallel/expert.py)
+  recompute       parallel.recompute: each block the workload names under torch.utils.checkpoint,
+                  whole (full) or by op policy (selective) (harness/parallel/recompute.py)
   data_parallel   with > 1 rank, parallel.data: DDP, or FSDP2 fully_shard (harness/parallel/strategies.py)
   compile         torch.compile(model, mode=cfg.compile_mode) (with a pipeline: each stage's blocks)
   pipeline_schedule  the stages as PipelineStages under the chosen schedule (harness/parallel/pipeline.py)
@@ -36,9 +40,11 @@ import torch
 
 import staging
 from harness.run import data
+from harness.parallel import context as context_parallel
 from harness.parallel import expert as expert_parallel
 from harness.parallel import strategies as parallel
 from harness.parallel import pipeline
+from harness.parallel import recompute
 from harness.config.run_config import RunConfig
 from harness.run.graph_capture import GraphedStep
 
@@ -84,6 +90,7 @@ class TrainStep:
         self.optimizer = self.scheduler = None  # optimizer step
         self.lockstep_eval = False     # data_parallel (fsdp): every rank runs every eval batch
         self.pipeline = None           # pipeline_split: this rank's stages and their schedule
+        self.context = None            # context_parallel: this rank's part of the sequences
         self.ddp_ignore: list[str] = []  # expert_parallel: parameters DDP must leave alone
         self.loss_fn = workload.loss
         self.eval_model = model        # evaluation runs this one: no DDP, no compile, no graph
@@ -111,8 +118,13 @@ class TrainStep:
     def _forward_backward(self, x, y):
         if self.pipeline is not None:  # the schedule runs every microbatch's forward and backward
             return self.pipeline.forward_backward(x, y, self.autocast)
-        with self.autocast():
-            loss = self.loss_fn(self.model(x), y)
+        if self.context is not None:  # this rank's tokens; attention sees the group's keys
+            x, y = self.context.shard(x, y)
+            with self.context.active(), self.autocast():
+                loss = self.loss_fn(self.model(x), y)
+        else:
+            with self.autocast():
+                loss = self.loss_fn(self.model(x), y)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
@@ -197,7 +209,9 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
     ("amp", apply_amp),
     ("pipeline_split", pipeline.apply_pipeline_split),
     ("tensor_parallel", parallel.apply_tensor_parallel),
+    ("context_parallel", context_parallel.apply_context_parallel),
     ("expert_parallel", expert_parallel.apply_expert_parallel),
+    ("recompute", recompute.apply_recompute),
     ("data_parallel", parallel.apply_data_parallel),
     ("compile", apply_compile),
     ("pipeline_schedule", pipeline.apply_pipeline_schedule),

@@ -245,7 +245,8 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
     shares = _shares(cfg, dp_world)
     if cfg.profile_steps:  # first: a dispatch mode (the accounting's, the op counter's) un-compiles a compiled model
         _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares)
-    if dist.world > 1:  # what the data/tensor-parallel strategy cost: collectives, bytes, memory
+    if dist.world > 1 or cfg.parallel.recompute != "none" or cfg.account:
+        # what the strategy cost: collectives, bytes, memory (on one rank: memory only)
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
                                   ACCOUNT_STEPS, dp_rank, dp_world, shares)
         loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)

@@ -97,6 +97,12 @@ class CosmoFlow:
         """Each convolution with its parameters; the dense head stays with the root."""
         return [m for m in model.convs if any(True for _ in m.parameters(recurse=False))]
 
+    def recompute_units(self, model):
+        """What parallel.recompute re-runs in backward: each conv -> LeakyReLU -> MaxPool triple of
+        the Sequential together (the convolution alone would keep its output for the activation)."""
+        layers = list(model.convs)
+        return [tuple(layers[i:i + 3]) for i in range(0, len(layers), 3)]
+
     def to_model_input(self, x):
         # loader layout N,D,H,W,C (as stored) -> logical N,C,D,H,W. A view: its memory is
         # already channels_last_3d, so the NDHWC toggle costs no copy here (NVIDIA's as_strided).

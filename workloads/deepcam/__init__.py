@@ -98,6 +98,10 @@ class DeepCAM:
         e = model.encoder
         return [e.block1, e.block2, e.block3, *e.middle, e.block20]
 
+    def recompute_units(self, model):
+        """What parallel.recompute re-runs in backward: the Xception blocks, as FSDP's units."""
+        return self.fsdp_units(model)
+
     def torch_loader(self, root, split, size, batches, threads=None):
         from workloads.deepcam.loaders import torch_loader
         return torch_loader(root, split, size, batches, threads)

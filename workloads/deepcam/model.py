@@ -60,6 +60,9 @@ class Block(nn.Module):
                  end_with_relu: bool = True, grow_first: bool = True, is_last: bool = False):
         super().__init__()
         self.end_with_relu = end_with_relu
+        # False under selective recomputation (harness/parallel/recompute.py): when rep ends with
+        # a separable conv, x is that conv's output, which the policy keeps by reference
+        self.inplace = True
         if c_out != c_in or stride != 1:
             self.skip = StridedPointwise(c_in, c_out, 1, stride=stride, bias=False)
             self.skipbn = nn.BatchNorm2d(c_out)
@@ -83,8 +86,9 @@ class Block(nn.Module):
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         x = self.rep(inp)
-        x += self.skipbn(self.skip(inp)) if self.skip is not None else inp  # in place: x is the block's own
-        return F.relu(x, inplace=True) if self.end_with_relu else x
+        skip = self.skipbn(self.skip(inp)) if self.skip is not None else inp
+        x = x.add_(skip) if self.inplace else x + skip  # in place: x is the block's own
+        return F.relu(x, inplace=self.inplace) if self.end_with_relu else x
 
 
 class Xception(nn.Module):

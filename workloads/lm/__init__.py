@@ -125,6 +125,22 @@ class LM:
             return f"parallel.ep={ep} does not divide the {size.n_experts} experts of lm {size.name}; valid: {valid}"
         return None
 
+    def context_parallel_check(self, size: LMSize, cp: int) -> str | None:
+        """Why this size's sequences can't be split over `cp` ranks, or None."""
+        if size.n_experts:
+            return (f"parallel.cp on lm {size.name}: expert capacity is set per sequence; context parallel "
+                    f"runs dense sizes")
+        if size.seq_len % (2 * cp):
+            return (f"parallel.cp={cp} needs seq_len divisible by 2*cp={2 * cp} (two balanced chunks per rank); "
+                    f"lm {size.name} has seq_len {size.seq_len}")
+        return None
+
+    def context_parallel_modules(self, model) -> tuple:
+        """(the model, its attention modules): what context parallel points at this rank's part
+        of the sequence (workloads/lm/model.py: position_ids, attend)."""
+        from workloads.lm.model import CausalSelfAttention
+        return model, [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+
     def moe_layers(self, model) -> list:
         """The model's Mixture-of-Experts layers (workloads/lm/moe.py), in order."""
         from workloads.lm.moe import MoE
@@ -187,6 +203,10 @@ class LM:
 
     def fsdp_units(self, model):
         return list(model.h)  # the transformer blocks (torchtitan shards each block)
+
+    def recompute_units(self, model):
+        """What parallel.recompute re-runs in backward: each transformer block (torchtitan's unit)."""
+        return list(model.h)
 
     def to_model_input(self, x):
         return x

@@ -20,6 +20,9 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(s.d_model, 3 * s.d_model)
         self.c_proj = nn.Linear(s.d_model, s.d_model)
         self.dropout = s.dropout
+        # context parallel (harness/parallel/context.py) sets this while a training step runs:
+        # attend(q, k, v, dropout_p) over this rank's queries and the whole sequence's keys
+        self.attend = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -27,8 +30,9 @@ class CausalSelfAttention(nn.Module):
         # local heads when c_attn is column-sharded over tensor-parallel ranks (parallel_plan.py)
         q, k, v = self.c_attn(x).chunk(3, dim=2)
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        p = self.dropout if self.training else 0.0
+        y = (self.attend(q, k, v, p) if self.attend is not None
+             else F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p))
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, -1))
 
 
@@ -60,6 +64,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(s.d_model)
         self.lm_head = nn.Linear(s.d_model, s.vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
+        self.position_ids = None  # context parallel: the positions of this rank's tokens
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2: scaled init of residual projections
             if name.endswith(("c_proj.weight", ".2.weight")):  # MLP output: dense (mlp.2) and experts
@@ -76,7 +81,7 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
-        pos = torch.arange(T, device=idx.device)
+        pos = self.position_ids if self.position_ids is not None else torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.h:
             x = block(x)

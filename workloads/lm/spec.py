@@ -55,6 +55,10 @@ SIZES_RAW = {
     # model, so sharding's saving shows in the peak at tiny cost (with 2 blocks the window is
     # the whole model; tests/test_parallel.py)
     "deep-tiny": LMSize("deep-tiny", **{**_TINY, "n_layer": 8}),
+    # tiny's width at seq_len 2048 (32x tiny's): attention's share of the work and of the
+    # activations grows with s, which is where context parallel (parallel.cp) pays
+    "long-tiny": LMSize("long-tiny", **{**_TINY, "seq_len": 2048, "batch_size": 4, "train_tokens": 1 << 21,
+                                        "val_tokens": 1 << 16}),
     "small": LMSize("small", n_layer=6, n_head=6, d_model=384, seq_len=256, vocab=512, source_vocab=512,
                     successors=8, batch_size=32, train_tokens=1 << 22, val_tokens=1 << 17, lr=1e-3,
                     warmup_steps=100, decay_steps=5000, target_margin=0.05, dropout=0.0),
