@@ -120,9 +120,9 @@ class Parallel:
             if self.tp > 1 or self.pp > 1 or self.ep > 1 or self.cp > 1:
                 raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
                                  "for unequal pipeline stages use parallel.pp_split")
-        if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data != "ddp"):
-            raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp only so far (experts sharded, "
-                             f"the rest replicated); got {self.label()}")
+        if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data not in ("ddp", "fsdp")):
+            raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp or fsdp so far (experts sharded "
+                             f"over ep, the rest data parallel); got {self.label()}")
 
     def _context_problem(self) -> str | None:
         """What context parallel does not compose with yet, or None."""
@@ -143,9 +143,9 @@ class Parallel:
                 if getattr(p, name) != Parallel.__dataclass_fields__[name].default:
                     return f"parallel.{name} needs parallel.pp > 1 (it configures the pipeline)"
             return None
-        if p.tp > 1:
-            return ("parallel.pp with parallel.tp > 1: pipeline x tensor parallel is not built yet; "
-                    "pipeline composes with parallel.data (ddp, zero1, fsdp)")
+        if p.tp > 1 and p.sp:
+            return ("parallel.pp with parallel.sp: not built yet (sequence parallel's first and last regions "
+                    "sit on different stages); pipeline x tensor parallel runs with sp=false")
         if p.data in ("zero1", "zero2"):
             return (f"parallel.data={p.data} with parallel.pp: not built yet (ZeroRedundancyOptimizer broadcasts plain "
                     "tensors; a pipeline's replicated stages hold DTensors); use parallel.data=ddp or fsdp")
@@ -220,7 +220,8 @@ class Parallel:
         if ranks % self.model_parallel:
             return (f"pp={self.pp} x cp={self.cp} x tp={self.tp} = {self.model_parallel} ranks per replica does not "
                     f"divide ranks={ranks}")
-        if self.tp > 1 and ranks > self.tp and self.data not in ("fsdp", "zero2"):
+        # the gradients' group (dp x cp) reduces DTensor parameters: DDP and ZeRO-1 can't
+        if self.tp > 1 and ranks // (self.tp * self.pp) > 1 and self.data not in ("fsdp", "zero2"):
             return (f"parallel.data={self.data} with tensor parallel on {ranks} ranks: DDP and ZeRO-1 do not compose "
                     f"with DTensor parameters (torchtitan refuses it too); use parallel.data=fsdp or zero2 for "
                     f"dp x tp (or cp x tp)")

@@ -143,9 +143,11 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int,
     out: dict[str, int] = defaultdict(int)
     if p.tp > 1:
         size = workload.sizes[cfg.size]
+        import dataclasses
         if p.cp > 1:  # each rank's tensor-parallel regions hold its part of the sequence
-            import dataclasses
             size = dataclasses.replace(size, seq_len=size.seq_len // p.cp)
+        if pipeline is not None:  # only this rank's stages' blocks
+            size = dataclasses.replace(size, n_layer=sum(pipeline.split[s] for s in pipeline.owned))
         for kind, b in workload.tensor_parallel_volume(size, local_batch, p.tp, p.sp, act_bytes).items():
             out[kind] += b
     if pipeline is not None:

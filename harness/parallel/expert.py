@@ -3,7 +3,8 @@
 Ranks form a (edp, ep) mesh, row-major: ep consecutive ranks share one copy of every expert,
 each holding E/ep of them in every Mixture-of-Experts layer (the workload's layers shard
 themselves and route tokens with all-to-all: workloads/lm/moe.py). The rest of the model is
-data parallel over all ranks (DDP, told to leave the experts alone).
+data parallel over all ranks (DDP or FSDP2, told to leave the experts alone: DDP's ignored
+parameters, fully_shard's ignored_params).
 
 Gradients of one expert, on the rank holding it, are the sum over the ep ranks' tokens of
 their local mean losses; summed over the edp copies (an all-reduce, when world > ep) and

@@ -77,7 +77,9 @@ def apply_tensor_parallel(ts) -> None:
     from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor.parallel import parallelize_module
     p = ts.cfg.parallel
-    parallelize_module(ts.model, mesh(ts)["tp"], ts.workload.tensor_parallel_plan(ts.model, p.tp, p.sp))
+    # with a pipeline, each of this rank's stage modules: the plan names its blocks as the model's
+    for part in (ts.model if ts.pipeline is not None else [ts.model]):
+        parallelize_module(part, mesh(ts)["tp"], ts.workload.tensor_parallel_plan(part, p.tp, p.sp))
     for param in ts.model.parameters():
         if isinstance(param, DTensor) and all(isinstance(x, Replicate) for x in param.placements):
             param.register_post_accumulate_grad_hook(_reduce_partial_grad)
@@ -113,6 +115,9 @@ def apply_data_parallel(ts) -> None:
         # (only zero2 passes the setting: given explicitly, FSDP2 no longer lets the root keep
         # its parameters from forward to backward, measured: the root gathered twice a step)
         keep = {"reshard_after_forward": False} if ts.cfg.parallel.data == "zero2" else {}
+        if ts.ddp_ignore:  # expert parallel's experts: each rank's own, reduced by harness/parallel/expert.py
+            named = dict(ts.model.named_parameters())
+            keep["ignored_params"] = {named[n] for n in ts.ddp_ignore}
         for unit in ts.workload.fsdp_units(ts.model):
             fully_shard(unit, mesh=dp, **keep)
         fully_shard(ts.model, mesh=dp, **keep)
