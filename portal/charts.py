@@ -142,6 +142,19 @@ def memory_bars(t: pd.DataFrame, title: str) -> go.Figure:
     return fig
 
 
+def recompute_tradeoff(t: pd.DataFrame) -> go.Figure:
+    """Recomputation: activation memory saved (y) against step time added (x), one point per
+    cell, labelled; the ideal is the top left."""
+    fig = go.Figure()
+    fig.add_scatter(x=(100 * (t["step_time_ratio"] - 1)).tolist(), y=(100 * t["activation_saved"]).tolist(),
+                    mode="markers+text", text=[f"{c} ({w}/{s})" for c, w, s in zip(t["config"], t["workload"], t["size"])],
+                    textposition="top center", marker=dict(size=11, color="#6a1b9a"),
+                    hovertemplate="%{text}: +%{x:.0f}% step time, %{y:.0f}% fewer activation bytes<extra></extra>")
+    fig.update_layout(title="recomputation: memory saved vs time added", xaxis_title="step time added (%)",
+                      yaxis_title="activation bytes per block saved (%)", height=380, margin=dict(t=50, b=40))
+    return fig
+
+
 def collective_panels(sized: pd.DataFrame, y: str, y_title: str, title: str, log_y: bool = False,
                       ceilings: dict[str, float] | None = None) -> go.Figure:
     """One panel per collective, size on a log x axis; a line per backend (colour) and mode

@@ -12,6 +12,7 @@ from results.analysis import collectives
 from results.analysis import bubble as pipeline
 from results.analysis import speedups as report
 from results.analysis import roofline as roofline_report
+from results.analysis import recompute_tradeoff as recompute_table
 from results.analysis import scaling
 from results.record import schema
 from results.stats import estimators as stats
@@ -60,6 +61,11 @@ def geomeans(df: pd.DataFrame) -> pd.DataFrame:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Bootstrapping confidence intervals")
 def parallel(df: pd.DataFrame) -> pd.DataFrame:
     return report.parallel_table(df, report.speedup_table(df, n_boot=N_BOOT))
+
+
+@st.cache_data(ttl=CACHE_TTL_S)
+def recompute_tradeoff(df: pd.DataFrame) -> pd.DataFrame:
+    return recompute_table.table(df.assign(config=report.label_configs(df)) if "config" not in df else df)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Loading collectives records")

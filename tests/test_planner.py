@@ -293,3 +293,26 @@ def test_the_one_split_search_equals_brute_force(n, k, seed):
         cs = [cost(s, b) for s, b in enumerate(got)]
         assert sum(got) == n and len(got) == k and min(got) >= 1
         assert max(cs) == pytest.approx(best[0]) and sum(c * c for c in cs) == pytest.approx(best[1])
+
+
+def test_recomputation_cost_is_read_from_the_profile_where_it_was_measured():
+    """A profile that timed the block under torch.utils.checkpoint gives recomputation's cost as
+    measured (its backward minus the plain one); without it, the formula's one more forward."""
+    plain = _linear("plain", 0.03)
+    assert plain.recompute_s(4) == pytest.approx(plain.fwd("block", 4)) and not plain.recompute_measured
+    measured = _linear("measured", 0.03)
+    measured._times["block_recompute"] = {"fwd": measured._times["block"]["fwd"],
+                                          "bwd": [(1, 0.05), (8, 0.4)]}  # 0.05 s/sample: 0.03 more than plain
+    assert measured.recompute_measured
+    assert measured.recompute_s(4) == pytest.approx(0.2 - measured.bwd("block", 4))
+    assert measured.recompute_s(4) != pytest.approx(measured.fwd("block", 4))
+
+
+def test_layer_profile_times_the_block_under_full_recomputation():
+    """`harness profile`'s figures include the block under full recomputation (timed; the planner
+    reads its backward), which keeps less for backward than the plain block."""
+    from harness.planning import profile
+    got = profile.measure("lm", "tiny", [2], repeats=5)
+    assert [r["microbatch"] for r in got["layers"]["block_recompute"]] == [2]
+    assert set(got["layers"]) == {"embedding", "block", "head", "block_recompute"}
+    assert got["layers"]["block_recompute"][0]["saved_bytes"] < got["layers"]["block"][0]["saved_bytes"]

@@ -28,9 +28,9 @@ def parallel_store(tmp_path_factory, data_root):
         repeats: 1
         matrix: [baseline]
         parallel: [{data: ddp}, {data: zero1}, {data: fsdp}, {pp: 2, microbatches: 2, pp_schedule: gpipe},
-                   {pp: 2, microbatches: 2}]
+                   {pp: 2, microbatches: 2}, {recompute: full, ranks: [1]}]
         ranks: [2]
-        base: {steps: 4, warmup_steps: 1, profile_steps: 0}
+        base: {steps: 4, warmup_steps: 1, profile_steps: 0, account: true}
     """)
     assert "model state per rank = 0.500 of DDP's" in p.stdout  # the terminal summary's claim
     env = dict(os.environ, HARNESS_RESULTS=str(root), PYTHONPATH=str(REPO))
@@ -65,7 +65,7 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
     at = app_page(monkeypatch, parallel_store, "pages/parallelism.py")
     shown = at.dataframe[0].value.set_index("config")
     want = report.parallel_table(report.records_frame(parallel_store / "runs")).set_index("config")
-    assert sorted(shown.index) == ["ddp@2", "fsdp@2", "pp2-1f1b-m2@2", "pp2-gpipe-m2@2", "zero1@2"]
+    assert sorted(shown.index) == ["ac-full@1", "ddp@2", "fsdp@2", "pp2-1f1b-m2@2", "pp2-gpipe-m2@2", "zero1@2"]
     for config in shown.index:
         assert shown.loc[config, "bytes_match_theory"] == "yes"
         for col in ("all_reduce_mib", "all_gather_mib", "reduce_scatter_mib", "broadcast_mib",
@@ -76,8 +76,18 @@ def test_parallelism_page_shows_what_results_computes(monkeypatch, parallel_stor
     assert shown.loc["zero1@2", "claim"].startswith("optimizer state per rank = 0.500 of DDP's")
     text = " ".join(str(c.value) for c in at.caption)
     assert "same global batch as the one-rank baseline" in text and "DeltaGenerator" not in text
-    assert len(at.get("plotly_chart")) == 3  # collectives, memory, strong scaling
-    scaled = at.dataframe[1].value.set_index("strategy")  # strong scaling: efficiency = speedup / ranks
+    assert len(at.get("plotly_chart")) == 4  # collectives, memory, recomputation's trade-off, strong scaling
+    # recomputation: ac-full@1 against the one-rank baseline, as results computes it
+    from results.analysis import recompute_tradeoff
+    runs = report.records_frame(parallel_store / "runs")
+    trade = recompute_tradeoff.table(runs.assign(config=report.label_configs(runs)))
+    shown_trade = at.dataframe[1].value
+    assert shown_trade["config"].tolist() == ["ac-full@1"] and shown_trade["against"].tolist() == ["baseline"]
+    assert shown_trade["activation_saved"].iloc[0] == pytest.approx(trade["activation_saved"].iloc[0])
+    assert 0.9 < shown_trade["activation_saved"].iloc[0] < 1  # LM tiny: the block's output kept, ~94% saved
+    assert at.text[1].value.splitlines() == [recompute_tradeoff.line(r) for _, r in trade.iterrows()]
+    assert any("Context parallel (cpN)" in c.value for c in at.caption)
+    scaled = at.dataframe[2].value.set_index("strategy")  # strong scaling: efficiency = speedup / ranks
     assert sorted(scaled.index) == ["ddp", "fsdp", "pp2-1f1b-m2", "pp2-gpipe-m2", "zero1"]
     assert (scaled["ranks"] == 2).all()
     for strategy, r in scaled.iterrows():
@@ -113,7 +123,7 @@ def test_collectives_page_and_the_predicted_communication(monkeypatch, parallel_
     # the Parallelism page turns each run's collectives per step into a predicted time
     at.switch_page("pages/parallelism.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    lines = at.text[1].value.splitlines()
+    lines = at.text[2].value.splitlines()  # after the verdicts and recomputation's lines
     line = next(x for x in lines if x.startswith("ddp@2: predicted communication"))
     assert _ddp_prediction(parallel_store, recs) in line
     assert any(x.startswith("fsdp@2: predicted communication") for x in lines)
@@ -170,6 +180,10 @@ def test_parallelism_and_collectives_pages_in_chromium(parallel_store):
         for _, r in want.iterrows():  # every verdict line, numbers included, as results computes it
             assert report.verdict_line(r) in body, report.verdict_line(r)
         assert "fsdp@2:" in body and "model state per rank = 0.500 of DDP's" in body
+        from results.analysis import recompute_tradeoff
+        runs = report.records_frame(parallel_store / "runs")
+        for _, r in recompute_tradeoff.table(runs.assign(config=report.label_configs(runs))).iterrows():
+            assert recompute_tradeoff.line(r) in body, recompute_tradeoff.line(r)  # ac-full@1 vs baseline
         assert _ddp_prediction(parallel_store, recs) in body  # the predicted communication, as computed
         assert "all_reduce (measured)" in legend and "all_reduce (theory)" in legend
 

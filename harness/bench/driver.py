@@ -15,6 +15,10 @@ paired_speedup: harness/bench/paired.py (pooled vs paired speedup under a backgr
 switches on and off, against the quiet machine's answer).
 calibration, demo_reproducibility: harness/bench/verdicts.py (the A/A false-positive rate of the
 verdict rule; two demos back to back: same verdicts, intervals, half-widths, wall time).
+context_parallel: harness/bench/context_parallel.py (LM long-tiny at cp 1, 2, 4: activation bytes
+per block per rank, peak, K/V all-gather bytes beside theory).
+recompute: harness/bench/recompute.py (selective and full against none on LM small and long-tiny:
+memory saved vs step time added, interleaved).
 data_wait_share: share of step time spent waiting for data, per loader path.
 harness_overhead: step time of a workload under the full harness (loader + prefetch thread,
 TrainStep, device sync, per-step record lines) vs a bare hand-written torch loop on the same
@@ -36,6 +40,7 @@ from harness.run import data
 from harness.measure import envinfo
 from harness.run import loop
 from harness.bench import comm as perf_comm
+from harness.bench import context_parallel as perf_cp
 from harness.bench import deepcam_ref as perf_deepcam_ref
 from harness.bench import planner_scale
 from harness.bench import loader as perf_loader
@@ -45,6 +50,7 @@ from harness.bench import paired as perf_paired
 from harness.bench import parallel as perf_parallel
 from harness.bench import pipeline as perf_pipeline
 from harness.bench import planner as perf_planner
+from harness.bench import recompute as perf_recompute
 from harness.bench import roofline as perf_roofline
 from harness.bench import verdicts as perf_verdicts
 from harness.config import registry
@@ -167,7 +173,8 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "planner_scale": planner_scale.planner_scale,
               "roofline": perf_roofline.roofline_bench, "paired_speedup": perf_paired.paired_speedup_bench,
               "deepcam_vs_reference": perf_deepcam_ref.deepcam_vs_reference,
-              "calibration": perf_verdicts.calibration, "demo_reproducibility": perf_verdicts.demo_reproducibility}
+              "calibration": perf_verdicts.calibration, "demo_reproducibility": perf_verdicts.demo_reproducibility,
+              "recompute": perf_recompute.recompute_bench, "context_parallel": perf_cp.context_parallel_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

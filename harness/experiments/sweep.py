@@ -145,17 +145,18 @@ def _parallel_cells(d: dict, bad) -> tuple[dict, ...]:
             Parallel(**strategy)
         except (UsageError, TypeError) as e:
             raise bad("parallel", str(e)) from None
-        _rank_counts({"ranks": c.get("ranks", [2])}, bad)
+        least = 2 if Parallel(**strategy).needs_ranks() else 1  # recomputation alone runs on one rank
+        _rank_counts({"ranks": c.get("ranks", [2])}, bad, least)
         if not (c.get("ranks") or d.get("ranks")):
             raise bad("parallel", "parallel strategies need `ranks: [N, ...]` (for the sweep or the strategy)")
     return tuple(cells)
 
 
-def _rank_counts(d: dict, bad) -> tuple[int, ...]:
+def _rank_counts(d: dict, bad, least: int = 2) -> tuple[int, ...]:
     ranks = d.get("ranks") or []
-    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 2
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= least
                                               for r in ranks):
-        raise bad("ranks", f"expected a list of rank counts >= 2; got {ranks!r}")
+        raise bad("ranks", f"expected a list of rank counts >= {least}; got {ranks!r}")
     return tuple(ranks)
 
 

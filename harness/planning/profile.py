@@ -31,6 +31,7 @@ import torch
 
 from harness.measure import envinfo
 from harness.parallel import cpu_quota as rank_cpu
+from harness.parallel import recompute
 from harness.config import registry
 from harness.config.errors import BadInput, Unsupported, UsageError
 from harness.run.record import unique_stamp
@@ -115,10 +116,17 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     kinds = {k: module for k, (module, _) in lm["layers"].items()}
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in kinds.items()}
     params["head"] -= lm["tied_params"]  # tied to the embedding: counted once, there
-    layers: dict[str, list[dict]] = {k: [] for k in kinds}
+    # the block again under full recomputation (harness/parallel/recompute.py), on its own copy
+    # of the model: what recomputation adds to backward, measured (results/planner/layer_costs.py)
+    torch.manual_seed(0)
+    again = layer_model(wl.build_model(size), size)["layers"]["block"]
+    for unit in wl.recompute_units(again[0]):
+        recompute.wrap(unit, "full")
+    measured = {**lm["layers"], "block_recompute": again}
+    layers: dict[str, list[dict]] = {k: [] for k in measured}
     for mb in microbatches:
         y = lm["target"](mb)
-        for kind, (module, make) in lm["layers"].items():
+        for kind, (module, make) in measured.items():
             if barrier:
                 barrier()
             row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration

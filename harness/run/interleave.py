@@ -64,19 +64,22 @@ def why_not(cfg: RunConfig, world: int) -> str | None:
 
 def baseline_of(cfg: RunConfig, world: int = 1) -> RunConfig:
     """The other side ("A"), sampled plainly: `against`'s overrides of this configuration; without
-    them every toggle off and, on several ranks, the parallel section's defaults (DDP, same ranks)."""
+    them every toggle off and the parallel section's defaults (on several ranks DDP on the same
+    ranks; on one, no recomputation)."""
     plain = dataclasses.replace(cfg, interleave=False, against="")
     if cfg.against:
         return plain.with_overrides([a.strip() for a in cfg.against.split(";") if a.strip()])
     from harness.config.run_config import Parallel
-    return dataclasses.replace(plain, toggles=Toggles(), parallel=Parallel() if world > 1 else cfg.parallel)
+    return dataclasses.replace(plain, toggles=Toggles(), parallel=Parallel())
 
 
 def describe_other(cfg: RunConfig, world: int) -> str:
     """The other side in words, for the record and `harness run`'s line."""
     if cfg.against:
         return cfg.against
-    return "every toggle off" + (", DDP on the same ranks" if world > 1 and not cfg.parallel.is_default() else "")
+    if cfg.parallel.is_default():
+        return "every toggle off"
+    return "every toggle off" + (", DDP on the same ranks" if world > 1 else ", no recomputation")
 
 
 class _Rng:

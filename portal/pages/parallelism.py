@@ -1,11 +1,11 @@
-"""Parallelism: what each strategy (ddp, zero1, fsdp, tensor / sequence parallel, dp x tp)
-costs in time, collectives and memory, measured beside the theory."""
+"""Parallelism: what each strategy (ddp, zero1, zero2, fsdp, tensor / sequence / context parallel,
+their compositions, recomputation) costs in time, collectives and memory, beside the theory."""
 from __future__ import annotations
 
 import streamlit as st
 
 from portal import charts, data
-from results.analysis import scaling
+from results.analysis import recompute_tradeoff, scaling
 from results.record.paths import results_root
 from results.analysis.speedups import COLLECTIVES, verdict_line
 
@@ -47,7 +47,8 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     st.subheader(f"{wl} {size} ({device})")
     cols = [c for c in ("config", "runs", "median_step_ms", "speedup", "ci_lo", "ci_hi", "bytes_match_theory",
                         *[f"{k}_{s}" for k in COLLECTIVES for s in ("mib", "theory_mib")],
-                        "model_state_mib_per_rank", "optimizer_mib_per_rank", "peak_mib_per_rank",
+                        "model_state_mib_per_rank", "optimizer_mib_per_rank", "activation_mib_per_block",
+                        "peak_mib_per_rank",
                         "peak_rss_mib_per_rank", "claim")
             if c in t and t[c].notna().any()]
     st.dataframe(t[cols], hide_index=True, width="stretch")
@@ -56,6 +57,26 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
     c1.plotly_chart(charts.collective_bars(t, COLLECTIVES, "collectives per step: measured vs theory"),
                     width="stretch")
     c2.plotly_chart(charts.memory_bars(t, "model state per rank"), width="stretch")
+
+st.subheader("activation recomputation: memory saved vs time added")
+trade = data.recompute_tradeoff(view)
+if trade.empty:
+    st.caption("No recomputing cell with its counterpart yet: run e.g. `make parallel "
+               "SWEEP_PARALLEL=harness/sweeps/parallel-cpu-long.yaml` (parallel.recompute=full and selective "
+               "beside the same layout without it).")
+else:
+    st.caption("Each recomputing cell against the same layout without recomputation (the one-rank baseline for "
+               "@1 cells). Activations per block: the bytes one forward keeps per block for backward, measured on "
+               "the profiler's allocations (full recomputation keeps the block's output; selective keeps matmul, "
+               "attention and convolution outputs). Step time: the interleaved ratio when the cell was measured "
+               "against its counterpart in one process, else the ratio of median steps.")
+    st.plotly_chart(charts.recompute_tradeoff(trade), width="stretch")
+    st.dataframe(trade, hide_index=True, width="stretch")
+    st.text("\n".join(recompute_tradeoff.line(r) for _, r in trade.iterrows()))
+st.caption("Context parallel (cpN): each rank holds seq_len/N tokens of every sequence (chunks i and 2N-1-i); "
+           "per layer K and V are all-gathered (forward) and their gradients reduce-scattered (backward): "
+           "the all_gather and reduce_scatter columns above, beside their analytic volume "
+           "2 x layers x batch x seq_len x hidden x bytes each.")
 
 st.subheader("scaling")
 strong = scaling.strong(table)

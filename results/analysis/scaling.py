@@ -27,6 +27,9 @@ def strong(parallel: pd.DataFrame) -> pd.DataFrame:
     t["strategy"] = parts["strategy"] + parts["toggles"].fillna("")
     t["ranks"] = pd.to_numeric(parts["ranks"])
     t = t.dropna(subset=["ranks"])
+    t = t[t["ranks"] > 1]  # one-rank cells (recomputation alone) do not scale
+    if t.empty:
+        return pd.DataFrame()
     t["efficiency"] = t["speedup"] / t["ranks"]
     t["eff_lo"], t["eff_hi"] = t["ci_lo"] / t["ranks"], t["ci_hi"] / t["ranks"]
     return t[["workload", "size", "device", "strategy", "ranks", "runs", "median_step_ms", "speedup", "ci_lo",

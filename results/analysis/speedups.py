@@ -82,18 +82,20 @@ def strategy_labels(df: pd.DataFrame) -> pd.Series:
     fewest = ranks.groupby([df[c].astype(str) for c in GROUP]).transform("min")
     pp = [col(f"parallel.{k}", d) for k, d in (("pp", "1"), ("pp_virtual", "1"), ("pp_schedule", "1f1b"),
                                                 ("microbatches", "4"), ("pp_split", ""), ("ep", "1"),
-                                                ("batch_split", ""))]
+                                                ("batch_split", ""), ("cp", "1"), ("recompute", "none"))]
     keys = pd.Series(list(zip(col("parallel.data", "ddp"), col("parallel.tp", "1"), col("parallel.sp", "False"),
                               *pp, ranks, ranks > fewest)), index=df.index)
     return keys.map({k: _strategy_label(*k) for k in keys.unique()})  # a handful of distinct cells
 
 
 def _strategy_label(data: str, tp: str, sp: str, pp: str, pp_virtual: str, pp_schedule: str, microbatches: str,
-                    pp_split: str, ep: str, batch_split: str, ranks: int, more_ranks: bool) -> str:
-    if data == "ddp" and tp == "1" and pp == "1" and ep == "1" and not batch_split and not more_ranks:
+                    pp_split: str, ep: str, batch_split: str, cp: str, recompute: str, ranks: int,
+                    more_ranks: bool) -> str:
+    if (data == "ddp" and tp == "1" and pp == "1" and ep == "1" and cp == "1" and recompute == "none"
+            and not batch_split and not more_ranks):
         return ""
     name = labels.strategy_name(data, int(tp), sp == "True", int(pp), int(pp_virtual), pp_schedule,
-                                int(microbatches), pp_split, int(ep), batch_split)
+                                int(microbatches), pp_split, int(ep), batch_split, int(cp), recompute)
     return f"{name}@{ranks}"
 
 
@@ -300,6 +302,9 @@ def parallel_table(df: pd.DataFrame, speedups: pd.DataFrame | None = None) -> pd
                 row[f"{kind}_mib"], row[f"{kind}_theory_mib"] = m / 2 ** 20, a / 2 ** 20
                 worst = max(worst, abs(m - a) / max(a, 1.0))
         row["bytes_match_theory"] = "yes" if worst <= MATCH_TOL else f"no ({worst:.1%} off)"
+        act = r.get("mem_activation_bytes_per_block")
+        if act is not None and not pd.isna(act):  # what one forward keeps per block (recomputation, cp)
+            row["activation_mib_per_block"] = act / 2 ** 20
         for part in ("model_state", "params", "grads", "optimizer", "peak", "peak_rss"):
             v = r.get(f"mem_{part}_bytes_per_rank")
             if v is not None and not pd.isna(v):

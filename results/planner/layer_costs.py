@@ -84,6 +84,18 @@ class Costs:
             return _interp(self._times[kind]["bwd"], b)
         return 2 * self._flop[kind] * b / self._flop_s
 
+    @property
+    def recompute_measured(self) -> bool:
+        return self._times is not None and "block_recompute" in self._times
+
+    def recompute_s(self, b: float) -> float:
+        """Seconds full recomputation adds to one block's backward at microbatch b: measured where
+        the profile timed the block under torch.utils.checkpoint (its backward then, minus the
+        plain backward), else the formula's one more forward."""
+        if self.recompute_measured:
+            return max(0.0, _interp(self._times["block_recompute"]["bwd"], b) - self.bwd("block", b))
+        return self.fwd("block", b)
+
     def saved(self, kind: str, b: float) -> float:
         return self._saved[kind] * b
 
@@ -102,7 +114,8 @@ def from_profile(name: str, record: Path) -> Costs:
     s = schema.read_record(record)["summary"]
     times = {k: {"fwd": [(r["microbatch"], r["fwd_s"]) for r in rows], "bwd": [(r["microbatch"], r["bwd_s"]) for r in rows]}
              for k, rows in s["layers"].items()}
-    saved = {k: max(r["saved_bytes"] / r["microbatch"] for r in rows) for k, rows in s["layers"].items()}
+    saved = {k: max(r["saved_bytes"] / r["microbatch"] for r in rows) for k, rows in s["layers"].items()
+             if k != "block_recompute"}
     return Costs(name=name, params=s["params"], n_blocks=s["n_blocks"],
                  boundary_bytes_per_sample=s["boundary_bytes_per_sample"],
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
@@ -110,7 +123,8 @@ def from_profile(name: str, record: Path) -> Costs:
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
-                        f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''})")
+                        f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "
+                        f"recomputation {'measured' if 'block_recompute' in s['layers'] else 'as one more forward'})")
 
 
 def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> Costs:

@@ -156,7 +156,7 @@ def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, inflight: int
     recompute = False
     if mem > memory:  # full recomputation: keep each block's input only, run its forward again in backward
         mem = state + inflight * (blocks * c.recompute_per_sample * b + ends) + c.saved("block", b)
-        bwd += blocks * c.fwd("block", b)
+        bwd += blocks * c.recompute_s(b)  # measured by the profile where it has it (layer_costs.py)
         recompute = True
     if mem > memory:
         return None

@@ -46,8 +46,8 @@ def strategy_name(data: str = "ddp", tp: int = 1, sp: bool = False, pp: int = 1,
         pp_part = f"pp{pp}{v}-{pp_schedule}-m{microbatches}" + (f"-split{pp_split.replace(',', '.')}" if pp_split else "")
     ep_part = f"ep{ep}" if ep > 1 else ""
     cp_part = f"cp{cp}" if cp > 1 else ""
-    data_part = data if (data != "ddp" or not (tp_part or pp_part or ep_part or cp_part)) else ""
+    ac_part = f"ac-{recompute}" if recompute != "none" else ""  # activation checkpointing, torchtitan's name
+    data_part = data if (data != "ddp" or not (tp_part or pp_part or ep_part or cp_part or ac_part)) else ""
     if batch_split:
         data_part += f"-split{batch_split.replace(',', '.')}"
-    ac_part = f"ac-{recompute}" if recompute != "none" else ""  # activation checkpointing, torchtitan's name
     return "+".join(x for x in (data_part, tp_part, pp_part, ep_part, cp_part, ac_part) if x)
