@@ -15,7 +15,7 @@ PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
 
 .PHONY: setup demo sweep rerun-failed run list system-deps test test-all ingest rebuild-store portal perf gpu-check clean \
-        submit rerun-failed-slurm slurm-up slurm-down tracking-server ttt check-logs weak parallel comm
+        submit rerun-failed-slurm slurm-up slurm-down tracking-server tracking-server-down postgres-up postgres-down ttt check-logs weak parallel comm
 
 setup: $(STAMP)
 $(STAMP): pyproject.toml
@@ -68,13 +68,22 @@ submit: setup            ## make submit SWEEP=... [SITE=local|path.yaml] [DRY_RU
 rerun-failed-slurm: setup  ## resubmit only the failed/killed cells of the latest SWEEP submission
 	$(PY) -m harness submit $(SWEEP) --site $(SITE) --rerun-failed $(if $(WAIT),--wait)
 
-tracking-server: setup   ## a shared MLflow server (sqlite backend, artifacts under results/) for many writers
-	$(PY) -m results.store.server --port $(TRACKING_PORT)
+tracking-server: setup   ## a shared MLflow server for many writers [BACKEND=postgres: on a real PostgreSQL; default sqlite]
+	$(PY) -m results.store.server --port $(TRACKING_PORT) $(if $(BACKEND),--backend $(BACKEND))
 
-test: setup system-deps slurm-up  ## what CI runs: every test not marked slow (keeps CI under 30 min)
+tracking-server-down:    ## stop the PostgreSQL `tracking-server BACKEND=postgres` started (the server itself: Ctrl-C)
+	$(PY) -m results.store.postgres down
+
+postgres-up: setup       ## the harness's own PostgreSQL (root; apt-installs postgresql once), for the store's tests
+	@$(PY) -m results.store.postgres up || echo "warning: no PostgreSQL (needs root): its store tests will be skipped"
+
+postgres-down:           ## stop it
+	$(PY) -m results.store.postgres down
+
+test: setup system-deps slurm-up postgres-up  ## what CI runs: every test not marked slow (keeps CI under 30 min)
 	$(PY) -m pytest -q -m "not slow" --durations=15
 
-test-all: setup system-deps slurm-up  ## every test, the slow multi-rank and learning cases too
+test-all: setup system-deps slurm-up postgres-up  ## every test, the slow multi-rank and learning cases too
 	$(PY) -m pytest -q --durations=25
 
 ingest: setup           ## records not yet in MLflow (e.g. the store was unreachable)

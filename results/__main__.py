@@ -1,5 +1,6 @@
-"""`python -m results ingest` (make ingest), `summary [--sweep NAME]`, `reindex` and
-`rebuild-store` (a damaged sqlite store set aside and rebuilt from the records)."""
+"""`python -m results ingest` (make ingest), `summary [--sweep NAME]`, `reindex`,
+`rebuild-store` (a damaged sqlite store set aside and rebuilt from the records) and
+`migrate --to URI [--from URI]` (one store copied into another, run for run, idempotent)."""
 from __future__ import annotations
 
 import argparse
@@ -11,11 +12,14 @@ from results.record import paths
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="results")
-    p.add_argument("cmd", choices=["ingest", "summary", "reindex", "rebuild-store"])
+    p.add_argument("cmd", choices=["ingest", "summary", "reindex", "rebuild-store", "migrate"])
     p.add_argument("--results", default=str(paths.results_root()),
                    help="results directory holding runs/ (default: HARNESS_RESULTS or ./results)")
     p.add_argument("--sweep", default="demo", help="summary: a sweep id (NAME@STAMP) or a name (its newest run)")
     p.add_argument("--force", action="store_true", help="rebuild-store: rebuild a store that is not damaged too")
+    p.add_argument("--to", default="", help="migrate: the destination store URI (a tracking server, a database)")
+    p.add_argument("--from", dest="src", default="", help="migrate: the source store URI (default: this results "
+                                                           "directory's store)")
     args = p.parse_args(argv)
     root = Path(args.results)
     problem = paths.results_root_problem(root)
@@ -33,6 +37,25 @@ def main(argv: list[str] | None = None) -> int:
             from results.store import frames as store
             df = store.reindex(uri, store.index_path(uri))
             print(f"run index rebuilt from {uri}: {len(df)} runs")
+            return 0
+        if args.cmd == "migrate":
+            if not args.to:
+                print("results: error: migrate needs --to URI (e.g. http://HOST:5000 or "
+                      "postgresql+psycopg://USER:PASS@HOST:PORT/DB)", file=sys.stderr)
+                return 2
+            import logging
+
+            from results.store.migrate import migrate
+            logging.getLogger("mlflow").setLevel(logging.CRITICAL)  # an unreachable store: our one line, not its traceback
+            src = args.src or uri
+            try:
+                got = migrate(src, args.to, root)
+            except Exception as e:  # noqa: BLE001 - one line, exit 2; neither store is changed by a failed connect
+                print(f"results: error: cannot migrate {src} -> {args.to}: "
+                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+                return 2
+            print(f"{src} -> {args.to}: {got['copied']} copied, {got['present']} already there, "
+                  f"{got['skipped']} half-written in the source (their records re-ingest)")
             return 0
         if args.cmd == "rebuild-store":
             from results.store.rebuild import rebuild_store

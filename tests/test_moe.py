@@ -102,7 +102,8 @@ def test_routing_is_per_sequence_so_sharding_the_batch_changes_nothing():
 @pytest.mark.parametrize("parallel, size, fragment", [
     ({"ep": 2}, "tiny", "parallel.ep=2 needs a Mixture-of-Experts size (moe-tiny, moe-small); lm tiny is dense"),
     ({"ep": 3}, "moe-tiny", "parallel.ep=3 does not divide the 4 experts of lm moe-tiny; valid: 1, 2, 4"),
-    ({"ep": 2, "data": "fsdp"}, "moe-tiny", "composes with parallel.data=ddp only"),
+    ({"ep": 2, "data": "zero1"}, "moe-tiny", "composes with parallel.data=ddp or fsdp so far"),
+    ({"ep": 2, "pp": 2}, "moe-tiny", "composes with parallel.data=ddp or fsdp so far"),
     ({"tp": 2}, "moe-tiny", "spread its experts with parallel.ep instead"),
     ({"ep": 0}, "moe-tiny", "parallel.ep must be an integer >= 1"),
 ])

@@ -159,7 +159,7 @@ def test_tensor_and_sequence_parallel_match_one_rank_and_account_every_byte(rank
 
 
 @pytest.mark.parametrize("sets, fragment", [
-    (["parallel.data=zero9"], "parallel.data must be one of ddp, zero1, fsdp; got 'zero9'"),
+    (["parallel.data=zero9"], "parallel.data must be one of ddp, zero1, zero2, fsdp; got 'zero9'"),
     (["parallel.sp=true"], "parallel.sp=true needs parallel.tp > 1"),
     (["parallel.tp=2"], "cosmoflow has no tensor-parallel plan"),
     (["parallel.tp=0"], "parallel.tp must be an integer >= 1"),

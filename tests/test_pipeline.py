@@ -99,7 +99,8 @@ def test_balanced_split_moves_blocks_off_the_stage_with_the_head():
     ({"pp": 2, "pp_virtual": 2}, "interleaved_1f1b needs parallel.pp_virtual >= 2"),
     ({"pp": 2, "pp_virtual": 2, "pp_schedule": "interleaved_1f1b"}, "4 stages but lm tiny has 2 blocks"),
     ({"microbatches": 8}, "parallel.microbatches needs parallel.pp > 1"),
-    ({"pp": 2, "tp": 2}, "pipeline x tensor parallel is not built yet"),
+    ({"pp": 2, "tp": 2, "sp": True}, "parallel.pp with parallel.sp: not built yet"),
+    ({"pp": 2, "data": "zero2"}, "parallel.data=zero2 with parallel.pp: not built yet"),
     ({"pp": 2, "data": "zero1"}, "parallel.data=zero1 with parallel.pp: not built yet"),
 ])
 def test_bad_pipeline_sections_name_the_problem(sets, fragment):

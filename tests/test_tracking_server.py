@@ -1,5 +1,5 @@
-"""Many writers: a real `mlflow server` (make tracking-server) with 16 concurrent ingesting
-processes, and ingest riding out a server that is briefly down."""
+"""Many writers: a real `mlflow server` (make tracking-server), on sqlite and on a real PostgreSQL,
+with 16 concurrent ingesting processes, and ingest riding out a server that is briefly down."""
 from __future__ import annotations
 
 import socket
@@ -24,10 +24,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(root: Path, port: int) -> subprocess.Popen:
+def start_server(root: Path, port: int, backend: str = "") -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "results.store.server", "--dir", str(root), "--port", str(port),
-                             "--workers", "2"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                             "--workers", "2", *(("--backend", backend) if backend else ())], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def postgres_database(name: str) -> str:
+    """A fresh database on the harness's PostgreSQL (make postgres-up; CI starts it as it starts
+    Slurm): its URI, or the test is skipped where none runs (not root)."""
+    from results.store import postgres
+    if not postgres.is_up():
+        pytest.skip("no harness PostgreSQL on this machine (make postgres-up, as root)")
+    return postgres.create_database(name)
 
 
 def wait_healthy(port: int, timeout: float = 90) -> None:
@@ -49,10 +58,12 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-@pytest.fixture
-def server(tmp_path):
+@pytest.fixture(params=["sqlite", "postgres"])
+def server(tmp_path, request):
+    """`make tracking-server` on its sqlite file, and on a real PostgreSQL (a database of its own)."""
     port = free_port()
-    proc = start_server(tmp_path / "tracking", port)
+    backend = postgres_database(f"t_{port}") if request.param == "postgres" else ""
+    proc = start_server(tmp_path / "tracking", port, backend)
     try:
         wait_healthy(port)
         yield f"http://127.0.0.1:{port}"

@@ -309,9 +309,10 @@ def account(ts, batches: list, world: int) -> dict:
                    "all_reduce": expert_parallel.expert_all_reduce_bytes(ts), "ignore": ts.ddp_ignore}
     analytic = analytic_comms(ts.cfg, ts.eval_model, ts.workload, world, local_batch=len(batches[0][0]),
                               act_bytes=4 if ts.dtype == "fp32" else 2, pipeline=ts.pipeline, experts=experts)
+    state = model_state_bytes(ts.eval_model, ts.optimizer)  # before the forward below: FSDP's root stays gathered after it
     # what one forward keeps per block (recomputation's and context parallel's effect, measured)
     kept = None if ts.pipeline is not None else activations.measure(ts, batches[0])
-    mine = {"model_state": model_state_bytes(ts.eval_model, ts.optimizer), "activations": kept,
+    mine = {"model_state": state, "activations": kept,
             "peak_memory": rss if ts.device.type == "cuda" else tensor_peak,
             "peak_rss": None if ts.device.type == "cuda" else rss,
             "measured": steps[-1], "analytic": analytic}  # a pipeline's ranks differ: every rank's

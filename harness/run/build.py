@@ -120,11 +120,14 @@ class TrainStep:
             return self.pipeline.forward_backward(x, y, self.autocast)
         if self.context is not None:  # this rank's tokens; attention sees the group's keys
             x, y = self.context.shard(x, y)
-            with self.context.active(), self.autocast():
-                loss = self.loss_fn(self.model(x), y)
-        else:
-            with self.autocast():
-                loss = self.loss_fn(self.model(x), y)
+            # backward inside too: recomputation re-runs attention there (parallel.recompute)
+            with self.context.active():
+                return self._loss_and_backward(x, y)
+        return self._loss_and_backward(x, y)
+
+    def _loss_and_backward(self, x, y):
+        with self.autocast():
+            loss = self.loss_fn(self.model(x), y)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:

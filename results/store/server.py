@@ -1,8 +1,9 @@
 """`python -m results.store.server` (make tracking-server): a shared MLflow tracking server for many
 writers (Slurm array tasks, concurrent ingests). The sqlite backend and the artifact root live
 under one directory, which should be on a filesystem the server's host owns; clients reach it
-over HTTP, so no job ever opens the sqlite file itself. Use `--backend postgresql://...` for a
-PostgreSQL backend.
+over HTTP, so no job ever opens the sqlite file itself. `--backend postgres` starts the harness's
+own PostgreSQL (results/store/postgres.py: Debian's package, a cluster of its own) and serves from
+it, as MLflow advises for many writers; `--backend postgresql+psycopg://...` uses another one.
 
 Jobs log to it with MLFLOW_TRACKING_URI=http://HOST:PORT (the site file's tracking_uri).
 """
@@ -30,10 +31,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="sqlite file and artifact root (default: results/tracking)")
     p.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to serve other nodes")
     p.add_argument("--port", type=int, default=5000)
-    p.add_argument("--backend", default="", help="backend store URI (default: sqlite under --dir)")
+    p.add_argument("--backend", default="", help="backend store URI, or `postgres` for the harness's own "
+                                                 "PostgreSQL (default: sqlite under --dir)")
     p.add_argument("--workers", type=int, default=4)
     args = p.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
+    if args.backend == "postgres":  # the harness's own PostgreSQL, started (and installed) if needed
+        from results.store import postgres
+        try:
+            args.backend = postgres.up()
+        except (postgres.PostgresSetupError, OSError) as e:
+            print(f"tracking server: {e}", file=sys.stderr)
+            return 2
     cmd = command(args.dir, args.host, args.port, args.backend, args.workers)
     print(f"tracking server on http://{args.host}:{args.port}; point jobs at it with "
           f"MLFLOW_TRACKING_URI=http://{args.host}:{args.port}", file=sys.stderr, flush=True)

@@ -38,6 +38,22 @@ def bound_http(uri: str) -> None:
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(max(1, int(min(mine, HTTP_TIMEOUT_S, store_budget_s()))))
 
 
+def reachable_database(uri: str) -> None:
+    """A PostgreSQL store must answer within the store budget: ConnectionError naming it, else
+    MLflow's engine retries a refused connection for ~2 minutes with a traceback per try."""
+    if not uri.startswith("postgresql"):
+        return
+    from sqlalchemy.engine import make_url
+    u = make_url(uri)
+    import psycopg
+    try:
+        psycopg.connect(host=u.host or "127.0.0.1", port=u.port or 5432, user=u.username, password=u.password,
+                        dbname=u.database, connect_timeout=max(1, int(min(store_budget_s(), HTTP_TIMEOUT_S)))).close()
+    except psycopg.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConnectionError(f"PostgreSQL store {u.host}:{u.port}/{u.database} unreachable: {first}") from None
+
+
 def default_tracking_uri(results_root: Path) -> str:
     """MLFLOW_TRACKING_URI if set, else the embedded sqlite store next to the records."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
@@ -52,8 +68,11 @@ def client(uri: str):
     from mlflow.tracking import MlflowClient
 
     from results.store import sqlite_store
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no alembic chatter in CLI output
+    log = logging.getLogger("mlflow")
+    if log.level < logging.WARNING:  # no alembic chatter in CLI output (a caller may have asked for less)
+        log.setLevel(logging.WARNING)
     bound_http(uri)
+    reachable_database(uri)
     db = sqlite_store.db_path(uri)
     if db is not None:
         sqlite_store.ensure(db)
