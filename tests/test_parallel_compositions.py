@@ -70,6 +70,9 @@ def test_context_parallel_matches_one_rank_gathers_k_and_v_and_keeps_less_per_ra
     (4, ["parallel.cp=2", "parallel.tp=2", "parallel.data=fsdp"]),     # cp x tp
     (2, ["parallel.data=zero2"]),
     (2, ["parallel.recompute=full", "parallel.data=fsdp"]),
+    (2, ["parallel.recompute=selective", "parallel.cp=2"]),            # the gathered K, V kept: one all-gather
+    (2, ["parallel.recompute=full", "parallel.tp=2"]),                 # the attention's all-reduce runs again
+    (2, ["parallel.recompute=full", "parallel.tp=2", "parallel.sp=true"]),
 ])
 def test_context_parallel_and_zero2_compose(ranks, sets, long_ref):
     env, ref = long_ref
@@ -163,3 +166,7 @@ def test_context_parallel_with_recomputation_under_torchrun(long_ref):
     acc = rec["summary"]["parallel"]
     assert {k: v["bytes"] for k, v in acc["measured_per_step"].items()} == pytest.approx(acc["analytic_per_step"])
     assert acc["strategy"] == "cp2+ac-full"
+    from harness.config import registry
+    s = registry.get("lm").sizes["long-tiny"]
+    kv = s.batch_size * s.seq_len * s.d_model * 4
+    assert acc["measured_per_step"]["all_gather"]["bytes"] == 2 * 2 * s.n_layer * kv  # forward and recomputation

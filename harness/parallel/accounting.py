@@ -148,14 +148,15 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int,
             size = dataclasses.replace(size, seq_len=size.seq_len // p.cp)
         if pipeline is not None:  # only this rank's stages' blocks
             size = dataclasses.replace(size, n_layer=sum(pipeline.split[s] for s in pipeline.owned))
-        for kind, b in workload.tensor_parallel_volume(size, local_batch, p.tp, p.sp, act_bytes).items():
+        for kind, b in workload.tensor_parallel_volume(size, local_batch, p.tp, p.sp, act_bytes, p.recompute).items():
             out[kind] += b
     if pipeline is not None:
         for kind, b in _pipeline_volume(pipeline, local_batch).items():
             out[kind] += b
     if p.cp > 1:  # K and V gathered per layer, their gradients reduce-scattered (harness/parallel/context.py)
         from harness.parallel import context
-        for kind, b in context.volume(workload.sizes[cfg.size], local_batch, p.cp, p.tp, act_bytes).items():
+        for kind, b in context.volume(workload.sizes[cfg.size], local_batch, p.cp, p.tp, act_bytes,
+                                      p.recompute).items():
             out[kind] += b
     if experts:
         out["all_to_all"] += int(experts["all_to_all"])

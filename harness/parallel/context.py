@@ -104,10 +104,13 @@ def apply_context_parallel(ts) -> None:
     ts.context = ContextParallel(model, attention, g, rank, p.cp, size.seq_len, ts.device)
 
 
-def volume(size, local_batch: int, cp: int, tp: int, act_bytes: int) -> dict[str, int]:
+def volume(size, local_batch: int, cp: int, tp: int, act_bytes: int, recompute: str = "none") -> dict[str, int]:
     """Collective sizes S per step (nccl-tests' convention: the whole gathered array): per layer
     forward, K and V all-gathered, each b*s*(h/tp) values; backward, their gradients
     reduce-scattered, the same size. Per rank on the wire that is 2*b*s*h_kv*d*bytes*(cp-1)/cp
-    each way, the issue's figure (h_kv*d = h here: no grouped-query attention)."""
+    each way, the issue's figure (h_kv*d = h here: no grouped-query attention). Full
+    recomputation runs the forward again in backward, all-gathers included (selective keeps
+    the gathered K and V: harness/parallel/recompute.py)."""
     one = local_batch * size.seq_len * (size.d_model // tp) * act_bytes
-    return {"all_gather": 2 * size.n_layer * one, "reduce_scatter": 2 * size.n_layer * one}
+    gathers = 2 if recompute == "full" else 1
+    return {"all_gather": gathers * 2 * size.n_layer * one, "reduce_scatter": 2 * size.n_layer * one}

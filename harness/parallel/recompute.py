@@ -34,7 +34,11 @@ _SAVE = {_aten._scaled_dot_product_flash_attention.default,
          _aten._scaled_dot_product_flash_attention_for_cpu.default,
          _aten._scaled_dot_product_attention_math.default,
          _aten.convolution.default, _aten.max.default,
-         torch.ops._c10d_functional.reduce_scatter_tensor.default}
+         torch.ops._c10d_functional.reduce_scatter_tensor.default,
+         # context parallel's gathered K and V (attention keeps them anyway): no second all-gather
+         torch.ops._c10d_functional.all_gather_into_tensor.default,
+         torch.ops._c10d_functional.all_reduce.default,  # tensor parallel's block outputs
+         torch.ops._c10d_functional.wait_tensor.default}
 # matmuls: torchtitan keeps every other one (the 1st, 3rd, ... of a block) and recomputes the rest
 _MATMUL = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default}
 

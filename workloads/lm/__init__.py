@@ -152,9 +152,10 @@ class LM:
         from workloads.lm.parallel_plan import plan
         return plan(model, tp, sp)
 
-    def tensor_parallel_volume(self, size: LMSize, batch: int, tp: int, sp: bool, act_bytes: int) -> dict:
+    def tensor_parallel_volume(self, size: LMSize, batch: int, tp: int, sp: bool, act_bytes: int,
+                               recompute: str = "none") -> dict:
         from workloads.lm.parallel_plan import volume
-        return volume(size, batch, tp, sp, act_bytes)
+        return volume(size, batch, tp, sp, act_bytes, recompute)
 
     def pipeline_check(self, size: LMSize, stages: int, split: list[int] | None) -> str | None:
         from workloads.lm.pipeline_split import check

@@ -68,7 +68,7 @@ def plan(model, tp: int, sp: bool) -> dict:
     return out
 
 
-def volume(size, batch: int, tp: int, sp: bool, act_bytes: int) -> dict[str, int]:
+def volume(size, batch: int, tp: int, sp: bool, act_bytes: int, recompute: str = "none") -> dict[str, int]:
     """Collective sizes S per training step of this plan (nccl-tests' S: the whole array), for
     a local batch of `batch` sequences. Each block's activation is S_a = batch x seq x d_model
     x act_bytes. Megatron TP (Korthikanti et al. 2022; ../shared/reference/parallelism.md §1):
@@ -77,10 +77,17 @@ def volume(size, batch: int, tp: int, sp: bool, act_bytes: int) -> dict[str, int
     reduce-scatter after it, 4 of each per block, plus one all-gather into the final
     LayerNorm forward and one of the first block's input gradient backward, and one
     all-reduce of each sequence-parallel LayerNorm parameter's gradient (2 LayerNorms x
-    (weight, bias) x d_model fp32 per block)."""
+    (weight, bias) x d_model fp32 per block). Full recomputation (parallel.recompute=full) runs
+    each block's forward again in backward, its collectives too, up to the last tensor backward
+    needs (torch's non-reentrant checkpoint stops there): the attention's closing all-reduce
+    again, not the MLP's, which feeds only the residual sum (measured: +1 all-reduce of S_a per
+    block); with sequence parallel both all-gathers and the attention's reduce-scatter.
+    Selective keeps their outputs (harness/parallel/recompute.py)."""
     s_a = batch * size.seq_len * size.d_model * act_bytes
     L = size.n_layer
+    full = recompute == "full"
     if not sp:
-        return {"all_reduce": 4 * L * s_a}
-    return {"all_gather": (4 * L + 2) * s_a, "reduce_scatter": 4 * L * s_a,
+        return {"all_reduce": (4 * L + (L if full else 0)) * s_a}
+    return {"all_gather": (4 * L + 2 + (2 * L if full else 0)) * s_a,
+            "reduce_scatter": (4 * L + (L if full else 0)) * s_a,
             "all_reduce": L * 2 * 2 * size.d_model * 4}
