@@ -128,14 +128,26 @@ def _built_db(path: Path, uri: str) -> sqlite3.Connection | None:
     return con if con.execute("SELECT 1 FROM built WHERE uri = ?", (uri,)).fetchone() else None
 
 
+def index_key(tracking_uri: str) -> str:
+    """What the index files a store's runs under. A sqlite store: its URI (ingest keeps that index
+    current; rebuild-store forgets it). A server or database: its URI and its experiment's id and
+    creation time, so a store dropped and made again at the same address (a database recreated,
+    a server moved to a fresh backend) is never read through the old one's index."""
+    if db_path(tracking_uri) is not None:
+        return tracking_uri
+    exp = _client(tracking_uri).get_experiment_by_name(EXPERIMENT)
+    return tracking_uri if exp is None else f"{tracking_uri}#{exp.experiment_id}@{exp.creation_time}"
+
+
 def reindex(tracking_uri: str, path: Path, experiment: str = EXPERIMENT) -> pd.DataFrame:
     """Rebuild the index for `tracking_uri` from a full MLflow search."""
     df_rows = _search(tracking_uri, experiment)
+    key = index_key(tracking_uri)
     with _db(path) as con:
-        con.execute("DELETE FROM runs WHERE uri = ?", (tracking_uri,))
+        con.execute("DELETE FROM runs WHERE uri = ?", (key,))
         con.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
-                        [(tracking_uri, r["run_id"], json.dumps(r, default=str)) for r in df_rows])
-    mark_built(path, tracking_uri)
+                        [(key, r["run_id"], json.dumps(r, default=str)) for r in df_rows])
+    mark_built(path, key)
     return _frame(df_rows)
 
 
@@ -171,7 +183,7 @@ def load_runs(tracking_uri: str | None = None, experiment: str = EXPERIMENT, use
     if not use_index or experiment != EXPERIMENT:
         return _frame(_search(tracking_uri, experiment))
     path = index_path(tracking_uri)
-    df = index_read(path, tracking_uri)
+    df = index_read(path, index_key(tracking_uri))
     return df if df is not None else reindex(tracking_uri, path, experiment)
 
 
