@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -76,3 +77,54 @@ def test_a_bad_migrate_destination_is_one_line_exit_2(tmp_path, to, fragment):
     assert _results(["ingest", "--results", str(tmp_path)], env).returncode == 0
     p = _results(["migrate", "--results", str(tmp_path), *(("--to", to) if to else ())], env)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and fragment in p.stderr, p.stderr
+
+
+def _restart_postgres() -> None:
+    """pg_ctl restart of the harness's cluster (every open connection dropped)."""
+    from results.store import postgres
+    b = postgres.bindir()
+    data = postgres.BASE / str(postgres.DEFAULT_PORT)
+    # -l: the restarted server logs to its file, not to our pipes (which it would hold open)
+    subprocess.run(["runuser", "-u", "postgres", "--", str(b / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"),
+                    "-m", "fast", "-w", "restart"], check=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("fault", ["server killed", "postgres restarted"])
+def test_a_fault_mid_ingest_loses_nothing_and_duplicates_nothing(tmp_path, fault):
+    """An ingest of 40 records into the PostgreSQL-backed server is cut halfway (the server killed
+    and started again, or PostgreSQL restarted under it); the next ingest leaves exactly one
+    complete run per record, none half-written, and the records untouched."""
+    from tests.test_tracking_server import free_port, start_server, stop, wait_healthy
+    port = free_port()
+    backend = postgres_database(f"t_fault_{port}")
+    dirs = make_records(tmp_path / "runs", 40, sweep="fault@1")
+    before = {d.name: sorted((f.name, f.stat().st_size) for f in d.iterdir()) for d in dirs}
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": url, "HARNESS_STORE_BUDGET_S": "5"}
+    proc = start_server(tmp_path / "tracking", port, backend)
+    try:
+        wait_healthy(port)
+        ingest = subprocess.Popen([sys.executable, "-m", "results", "ingest", "--results", str(tmp_path)], cwd=REPO,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        from mlflow.tracking import MlflowClient
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 120:  # cut it once some runs are in
+            exp = MlflowClient(url).get_experiment_by_name("mlperf-harness")
+            if exp and len(MlflowClient(url).search_runs([exp.experiment_id], "tags.kind = 'run'")) >= 5:
+                break
+            time.sleep(0.3)
+        if fault == "server killed":
+            stop(proc)
+            proc = start_server(tmp_path / "tracking", port, backend)
+            wait_healthy(port)
+        else:
+            _restart_postgres()
+        ingest.communicate(timeout=600)  # it may finish or give up within its budget: either is allowed
+        p = _results(["ingest", "--results", str(tmp_path)], env)  # the next ingest completes the store
+        assert p.returncode == 0, p.stderr[-1000:]
+        got = store_runs(url)
+        assert got["run_ids"] == sorted(d.name for d in dirs) and got["incomplete"] == 0, got
+        assert got["parents"] == ["fault@1"]
+        assert {d.name: sorted((f.name, f.stat().st_size) for f in d.iterdir()) for d in dirs} == before
+    finally:
+        stop(proc)
