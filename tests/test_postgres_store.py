@@ -89,6 +89,7 @@ def _restart_postgres() -> None:
                     "-m", "fast", "-w", "restart"], check=True, capture_output=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["server killed", "postgres restarted"])
 def test_a_fault_mid_ingest_loses_nothing_and_duplicates_nothing(tmp_path, fault):
     """An ingest of 40 records into the PostgreSQL-backed server is cut halfway (the server killed
