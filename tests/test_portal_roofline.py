@@ -87,3 +87,21 @@ def test_a_roofline_link_opens_the_run_in_chromium(seeded, expected):
     assert "each run and its top ops on the roofline; fusion's effect" in ablation
     assert f"Intensity {run['intensity']:.2f} FLOP/byte against a ridge of {run['ridge']:.2f}" in body
     assert f"{run['workload']} {run['size']} {run['config']}" in body and "Fusion's effect" in body
+
+
+def test_the_points_come_from_the_run_index_without_reading_a_record(monkeypatch, seeded, expected):
+    """Runs ingested with the roofline tags are placed from load_runs' columns alone: no
+    summary.json is opened (a store of many profiled runs must not read them all per page)."""
+    from results.store.frames import load_runs
+    from results.store.tracking import default_tracking_uri
+    points, _ = expected
+    df = load_runs(default_tracking_uri(seeded[0]))
+    df["config"] = report.label_configs(df)
+    monkeypatch.setattr(roofline_report, "block", lambda d: pytest.fail(f"read the record {d}"))
+    got = roofline_report.run_points(df).set_index("run_id").sort_index()
+    want = points.set_index("run_id").sort_index()
+    assert list(got.index) == list(want.index)
+    for col in ("intensity", "roof_flop_per_s", "peak_flop_per_s", "bw_bytes_per_s", "ridge", "roof_pct"):
+        assert got[col].tolist() == pytest.approx(want[col].tolist(), rel=1e-9), col
+    assert got["bound"].tolist() == want["bound"].tolist() and got["device_name"].tolist() == want["device_name"].tolist()
+    assert got["dtype"].tolist() == want["dtype"].tolist()

@@ -58,9 +58,10 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def server(tmp_path, request):
-    """`make tracking-server` on its sqlite file, and on a real PostgreSQL (a database of its own)."""
+    """`make tracking-server` on its sqlite file, and on a real PostgreSQL (a database of its own;
+    make test-all: CI's make test keeps PostgreSQL in tests/test_postgres_store.py)."""
     port = free_port()
     backend = postgres_database(f"t_{port}") if request.param == "postgres" else ""
     proc = start_server(tmp_path / "tracking", port, backend)

@@ -27,15 +27,35 @@ def block(record_dir: str | Path) -> dict:
     return b if "ridge_flop_per_byte" in b else {}
 
 
+def _from_columns(r) -> dict:
+    """The ceilings and the run's place from its flat roofline_* figures and tags (the run index
+    has them for runs ingested since the tags existed): no record is read. {} when missing."""
+    device = r.get("roofline_device")
+    if not isinstance(device, str) or not device:
+        return {}
+    try:
+        intensity, ridge = float(r["roofline_intensity"]), float(r["roofline_ridge"])
+        bw = float(r["roofline_membw_gb_per_s"]) * 1e9
+    except (KeyError, TypeError, ValueError):
+        return {}
+    if not all(v == v and v > 0 for v in (intensity, ridge, bw)):  # NaN or missing
+        return {}
+    peak = ridge * bw  # ridge = peak / bandwidth (harness/measure/roofline.py)
+    return {"device_name": device, "dtype": r.get("roofline_dtype", ""), "intensity": intensity,
+            "roof_flop_per_s": min(peak, intensity * bw), "peak_flop_per_s": peak, "bw_bytes_per_s": bw,
+            "ridge_flop_per_byte": ridge, "bound": "compute_bound" if intensity >= ridge else "memory_bound"}
+
+
 def run_points(df: pd.DataFrame) -> pd.DataFrame:
     """One row per finished run with a roofline block: device, dtype, intensity, achieved FLOP/s
-    per rank, its roof there, and the ceilings (for drawing the roofs)."""
+    per rank, its roof there, and the ceilings (for drawing the roofs). From the frame's own
+    columns where it has them; a run recorded before them has its summary.json read."""
     rows = []
     if "roofline_roof_pct" not in df:
         return pd.DataFrame()
     done = df[(df["status"] == "finished") & df["roofline_roof_pct"].notna()]
     for _, r in done.iterrows():
-        b = block(r["record_dir"])
+        b = _from_columns(r) or block(r["record_dir"])
         if not b.get("roof_flop_per_s"):
             continue
         achieved = r["roofline_roof_pct"] / 100 * b["roof_flop_per_s"]  # per rank (harness/run/record.py)

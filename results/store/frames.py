@@ -27,7 +27,8 @@ _TAGS = {"run_id": "run_id", "variant": "variant", "workload": "workload", "size
          "status": "status", "status_reason": "reason", "sweep": "sweep", "git_sha": "git_sha", "host": "host",
          "slurm_job_id": "slurm_job_id", "slurm_array_job_id": "slurm_array_job_id",
          "slurm_array_task_id": "slurm_array_task_id", "scheduler": "scheduler", "job_id": "job_id",
-         "array_task_id": "array_task_id", "toggles_on": "toggles_on", "record_dir": "record_dir"}
+         "array_task_id": "array_task_id", "toggles_on": "toggles_on", "record_dir": "record_dir",
+         "roofline_device": "roofline_device", "roofline_dtype": "roofline_dtype"}
 COLUMNS = ["mlflow_run_id", "mlflow_status", "started", *_TAGS.values()]
 
 

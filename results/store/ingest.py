@@ -147,6 +147,10 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
         "scheduler": sched.get("name", ""), "job_id": sched.get("job_id", ""),
         "array_task_id": sched.get("array_task_id", ""), "kind": "run",
         "toggles_on": ",".join(k for k, v in cfg["toggles"].items() if v not in (False, "off")) or "baseline",
+        # the roofline's device and dtype: with the roofline_* metrics they place the run on the
+        # Roofline page without reading its record (results/analysis/roofline.run_points)
+        "roofline_device": rec["summary"].get("roofline", {}).get("device_name", ""),
+        "roofline_dtype": rec["summary"].get("roofline", {}).get("dtype", ""),
     })
     return {k: visible(str(v)) for k, v in tags.items()}
 
