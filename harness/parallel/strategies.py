@@ -114,13 +114,13 @@ def apply_data_parallel(ts) -> None:
         # all-gather); gradients and optimizer state stay sharded (torchtitan's ZeRO-2 setting)
         # (only zero2 passes the setting: given explicitly, FSDP2 no longer lets the root keep
         # its parameters from forward to backward, measured: the root gathered twice a step)
-        keep = {"reshard_after_forward": False} if ts.cfg.parallel.data == "zero2" else {}
+        shard_opts = {"reshard_after_forward": False} if ts.cfg.parallel.data == "zero2" else {}
         if ts.ddp_ignore:  # expert parallel's experts: each rank's own, reduced by harness/parallel/expert.py
             named = dict(ts.model.named_parameters())
-            keep["ignored_params"] = {named[n] for n in ts.ddp_ignore}
+            shard_opts["ignored_params"] = {named[n] for n in ts.ddp_ignore}
         for unit in ts.workload.fsdp_units(ts.model):
-            fully_shard(unit, mesh=dp, **keep)
-        fully_shard(ts.model, mesh=dp, **keep)
+            fully_shard(unit, mesh=dp, **shard_opts)
+        fully_shard(ts.model, mesh=dp, **shard_opts)
         ts.lockstep_eval = True  # a sharded forward all-gathers: every rank runs every eval batch
         return
     from torch.nn.parallel import DistributedDataParallel
