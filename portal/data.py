@@ -145,9 +145,50 @@ def sweeps_newest_first(df: pd.DataFrame) -> list[str]:
     if "sweep" not in df:
         return []
     runs = df[df["sweep"].fillna("") != ""]
-    newest = runs.groupby("sweep")["started"].max().sort_values(ascending=False)
-    configs = runs.groupby("sweep")["config"].nunique()
+    return _ablations_first(runs.groupby("sweep")["started"].max(), runs.groupby("sweep")["config"].nunique())
+
+
+def sweep_order(table: pd.DataFrame) -> list[str]:
+    """sweeps_newest_first from the store's sweep table (results.sweep_table: configurations
+    counted as distinct variants), with no run loaded."""
+    t = table[table["sweep"] != ""].set_index("sweep")
+    return _ablations_first(t["newest"], t["configs"])
+
+
+def _ablations_first(newest: pd.Series, configs: pd.Series) -> list[str]:
+    newest = newest.sort_values(ascending=False)
     return [s for s in newest.index if configs[s] > 1] + [s for s in newest.index if configs[s] <= 1]
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner="Loading sweeps")
+def sweep_table(uri: str) -> pd.DataFrame:
+    return results.sweep_table(uri)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner="Loading runs")
+def sweep_runs(uri: str, sweeps: tuple[str, ...]) -> pd.DataFrame:
+    """The runs of `sweeps` only (read by the index's sweep column), with config labels."""
+    df = results.load_runs(uri, sweeps=list(sweeps))
+    if not df.empty:
+        df["config"] = report.label_configs(df)
+        df["sweep_name"] = df["sweep"].fillna("").str.split("@").str[0]
+    return df
+
+
+def sweeps_or_stop() -> pd.DataFrame:
+    """The store's sweep table, or the empty state (and stop) when it holds no run: a first page
+    that reads only the sweeps it shows (Overview) starts here instead of load_or_stop."""
+    refresh_button()
+    try:
+        table = sweep_table(tracking_uri())
+    except Exception as e:  # noqa: BLE001 - an unreachable store is shown, not raised
+        st.warning("The MLflow store could not be read:")
+        st.code(f"{tracking_uri()}\n{type(e).__name__}: {e}", language=None)
+        st.stop()
+    if table.empty:
+        empty_state()
+        st.stop()
+    return table
 
 
 def run_labels(df: pd.DataFrame) -> list[str]:
@@ -216,6 +257,14 @@ def calibration_line(df: pd.DataFrame) -> str:
     """The latest A/A calibration in one line, as the sweep summary prints it."""
     from results.analysis import calibration
     return calibration.line(calibration.latest(df))
+
+
+def latest_calibration_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """The runs of the newest calibration sweep in the sweep table (empty frame when none)."""
+    from results.analysis import calibration
+    from results.record import sweep_ids
+    sweep = sweep_ids.latest(table["sweep"], calibration.NAME)
+    return sweep_runs(tracking_uri(), (sweep,)) if sweep else pd.DataFrame()
 
 
 def verdict_figures(t: pd.DataFrame) -> pd.DataFrame:

@@ -10,3 +10,9 @@ def load_runs(*args, **kwargs):
     """pandas DataFrame of the runs in the MLflow store; see results.store.frames.load_runs."""
     from results.store.frames import load_runs as _load_runs
     return _load_runs(*args, **kwargs)
+
+
+def sweep_table(*args, **kwargs):
+    """The store's sweeps (sweep, runs, configs, newest), newest first; see results.store.frames.sweep_table."""
+    from results.store.frames import sweep_table as _sweep_table
+    return _sweep_table(*args, **kwargs)

@@ -7,8 +7,10 @@ import streamlit as st
 from portal import charts, data
 
 st.title("Overview: what each optimization buys")
-df = data.load_or_stop()
-sweeps = data.sweeps_newest_first(df)
+# the first page: it reads the sweep table, then only the runs of the sweeps it shows (a store of
+# 100,000 runs renders as fast as one of 100; portal/perf.py and harness/bench/store_scale.py time it)
+stored = data.sweeps_or_stop()
+sweeps = data.sweep_order(stored)
 if not sweeps:
     st.info("No sweep runs yet: speedups need a baseline measured in the same sweep. Run `make demo`.")
     st.stop()
@@ -16,10 +18,10 @@ wanted = st.query_params.get("sweep")
 sweep = st.selectbox("sweep", sweeps, index=sweeps.index(wanted) if wanted in sweeps else 0,
                      help="a sweep instance (name@start time): ablation sweeps newest first, then campaigns")
 st.query_params["sweep"] = sweep
-view = df[df["sweep"] == sweep]
+view = data.sweep_runs(data.tracking_uri(), (sweep,))
 table = data.speedups(view)
 repeats = data.repeat_speedups(view)
-st.info(data.calibration_line(df))
+st.info(data.calibration_line(data.latest_calibration_runs(stored)))
 st.caption("speedup = median(baseline step time) / median(configuration step time), on a log axis (0.5× as far "
            "below 1 as 2× above). Each point is the figure its verdict is on, with its 95% interval: interleaved "
            "(i ×P: both sides in one process, alternating blocks of steps, P processes combined), else paired by "
@@ -61,7 +63,8 @@ if not geo.empty:
     st.subheader("Geomean across workloads")
     st.dataframe(geo, hide_index=True, width="stretch")
 st.subheader("Time-to-train (MLPerf olympic score)")
-scores = data.ttt_scores(df)
+campaigns = tuple(s for s in stored["sweep"] if s.startswith("ttt-"))
+scores = data.ttt_scores(data.sweep_runs(data.tracking_uri(), campaigns)) if campaigns else pd.DataFrame()
 if scores.empty:
     st.caption("No time-to-train campaigns yet: `make ttt WORKLOAD=cosmoflow RUNS=5`.")
 else:

@@ -18,14 +18,14 @@ from results.record.toggles import BY_NAME, TOGGLES
 
 
 
-def write_record(runs: Path, sweep: str, config: str, repeat: int, rng: random.Random, steps: int = 20) -> Path:
-    """A finished run record in the real format (results/record/schema.py), with synthetic numbers."""
+def synthetic_record(sweep: str, config: str, repeat: int, rng: random.Random, steps: int = 20,
+                     started: float | None = None) -> dict:
+    """A finished run record in the real format (results/record/schema.py: config, env, summary,
+    status, metrics), with synthetic numbers, as schema.read_record returns it (no folder yet)."""
     tog = {t.name: t.default for t in TOGGLES}
     if config[1:] in BY_NAME:  # "+x1".. are configurations with no toggle of their own
         tog[config[1:]] = BY_NAME[config[1:]].on
     run_id = f"cosmoflow-tiny-{abs(hash((sweep, config))) % 10**10:010d}-{sweep.split('@')[1]}-{repeat}{rng.getrandbits(16):04x}"
-    d = runs / run_id
-    d.mkdir(parents=True)
     variant = f"{abs(hash(config)) % 10**10:010d}"
     cfg = {"workload": "cosmoflow", "size": "tiny", "mode": "throughput", "device": "cpu", "steps": steps,
            "warmup_steps": 1, "seed": 1, "toggles": tog, "sweep": sweep, "repeat": repeat, "ranks": 1,
@@ -38,14 +38,22 @@ def write_record(runs: Path, sweep: str, config: str, repeat: int, rng: random.R
         rows.append({"step": s, "phase": "warmup" if s == 0 else "steady", "t": t, "step_s": step_s,
                      "data_s": 0.001, "loss": 4 - 0.01 * s, "kind": "step"})
     steady = sorted(r["step_s"] for r in rows[1:])
-    now = time.time()
-    files = {"config.json": cfg, "env.json": {"hostname": "bench", "git_sha": "0" * 40, "cpu_model": "bench"},
-             "summary.json": {"median_step_s": steady[len(steady) // 2], "samples_per_s": 8 / steady[len(steady) // 2],
-                              "quality": 0.3, "final_loss": rows[-1]["loss"], "steps_done": steps + 1},
-             "status.json": {"status": "finished", "reason": "", "started": now, "ended": now + t}}
-    for name, obj in files.items():
-        (d / name).write_text(json.dumps(obj))
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    now = time.time() if started is None else started
+    return {"config": cfg, "env": {"hostname": "bench", "git_sha": "0" * 40, "cpu_model": "bench"},
+            "summary": {"median_step_s": steady[len(steady) // 2], "samples_per_s": 8 / steady[len(steady) // 2],
+                        "quality": 0.3, "final_loss": rows[-1]["loss"], "steps_done": steps + 1},
+            "status": {"status": "finished", "reason": "", "started": now, "ended": now + t},
+            "metrics": rows, "dir": ""}
+
+
+def write_record(runs: Path, sweep: str, config: str, repeat: int, rng: random.Random, steps: int = 20) -> Path:
+    """synthetic_record written as a record folder under `runs`."""
+    rec = synthetic_record(sweep, config, repeat, rng, steps)
+    d = runs / rec["config"]["run_id"]
+    d.mkdir(parents=True)
+    for name in ("config", "env", "summary", "status"):
+        (d / f"{name}.json").write_text(json.dumps(rec[name]))
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rec["metrics"]))
     (d / "mlperf.log").write_text("")
     return d
 

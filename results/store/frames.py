@@ -19,7 +19,7 @@ import pandas as pd
 from results.record import paths
 from results.record import schema
 from results.store.sqlite_store import db_path
-from results.store.tracking import COMPLETE_TAG, EXPERIMENT, default_tracking_uri, client as _client
+from results.store.tracking import COMPLETE_TAG, EXPERIMENT, INGESTED_AT, default_tracking_uri, filter_value, client as _client
 
 INDEX = "run_index.sqlite"
 # MLflow tag -> our column
@@ -73,25 +73,62 @@ def _db(path: Path) -> sqlite3.Connection:
     return _CONNECTIONS[key]
 
 
+INDEX_VERSION = 2  # 2: sweep, started and variant as columns (one sweep read without decoding the rest)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(path, timeout=60)  # many ingesters: wait for the writer lock, don't fail
+    con = sqlite3.connect(path, timeout=60, isolation_level=None)  # many ingesters: wait for the writer lock
     con.execute("PRAGMA journal_mode=WAL")
-    con.execute("CREATE TABLE IF NOT EXISTS runs (uri TEXT, run_id TEXT, row TEXT, PRIMARY KEY (uri, run_id))")
-    con.execute("CREATE TABLE IF NOT EXISTS built (uri TEXT PRIMARY KEY, at REAL)")
+    con.execute("BEGIN IMMEDIATE")  # one process at a time checks and (re)makes the schema
+    try:
+        if con.execute("PRAGMA user_version").fetchone()[0] != INDEX_VERSION:
+            # an index of an older layout is a cache: dropped, and rebuilt from MLflow by the next reader
+            con.execute("DROP TABLE IF EXISTS runs")
+            con.execute("DROP TABLE IF EXISTS built")
+            con.execute(f"PRAGMA user_version = {INDEX_VERSION}")
+        con.execute("CREATE TABLE IF NOT EXISTS runs (uri TEXT, run_id TEXT, sweep TEXT, started INTEGER, "
+                    "variant TEXT, row TEXT, PRIMARY KEY (uri, run_id))")
+        con.execute("CREATE INDEX IF NOT EXISTS runs_by_sweep ON runs (uri, sweep)")
+        # at: when the index was built or last brought up to date (local clock, s), for refresh()
+        con.execute("CREATE TABLE IF NOT EXISTS built (uri TEXT PRIMARY KEY, at REAL)")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.isolation_level = ""  # back to implicit transactions: `with con:` commits each write
     return con
+
+
+def _values(uri: str, r: dict) -> tuple:
+    return (uri, r["run_id"], r.get("sweep") or "", int(r.get("started") or 0), r.get("variant") or "",
+            json.dumps(r, default=str))
 
 
 def index_upsert(path: Path, uri: str, r: dict) -> None:
     with _db(path) as con:
-        con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?)", (uri, r["run_id"], json.dumps(r, default=str)))
+        con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)", _values(uri, r))
 
 
-def mark_built(path: Path, uri: str) -> None:
-    """The index holds every run of `uri` (it was built from MLflow, or began with the store)."""
+def index_upsert_many(path: Path, uri: str, rows: list[dict]) -> None:
+    with _db(path) as con:
+        con.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)", [_values(uri, r) for r in rows])
+
+
+def mark_built(path: Path, uri: str, at: float | None = None) -> None:
+    """The index holds every run of `uri` (it was built from MLflow, or began with the store),
+    as of `at` (now unless given)."""
     import time
     with _db(path) as con:
-        con.execute("INSERT OR REPLACE INTO built VALUES (?, ?)", (uri, time.time()))
+        con.execute("INSERT OR REPLACE INTO built VALUES (?, ?)", (uri, time.time() if at is None else at))
+
+
+def built_at(path: Path, uri: str) -> float | None:
+    """When the index of `uri` was built or last refreshed (s since the epoch), None if never."""
+    if not path.exists():
+        return None
+    hit = _db(path).execute("SELECT at FROM built WHERE uri = ?", (uri,)).fetchone()
+    return None if hit is None else hit[0]
 
 
 def forget(path: Path, uri: str) -> None:
@@ -102,14 +139,35 @@ def forget(path: Path, uri: str) -> None:
             con.execute("DELETE FROM built WHERE uri = ?", (uri,))
 
 
-def index_read(path: Path, uri: str) -> pd.DataFrame | None:
-    """The indexed runs of `uri`, or None when the index was never built for it."""
+def index_read(path: Path, uri: str, sweeps: list[str] | None = None) -> pd.DataFrame | None:
+    """The indexed runs of `uri` (only those of `sweeps` when given), or None when the index was
+    never built for it."""
     con = _built_db(path, uri)
     if con is None:
         return None
     with con:
-        rows = [json.loads(r) for (r,) in con.execute("SELECT row FROM runs WHERE uri = ?", (uri,))]
+        if sweeps is None:
+            cur = con.execute("SELECT row FROM runs WHERE uri = ?", (uri,))
+        else:
+            marks = ",".join("?" * len(sweeps))
+            cur = con.execute(f"SELECT row FROM runs WHERE uri = ? AND sweep IN ({marks})", (uri, *sweeps))
+        rows = [json.loads(r) for (r,) in cur]
     return _frame(rows)
+
+
+def index_sweeps(path: Path, uri: str) -> pd.DataFrame | None:
+    """One row per sweep of `uri`'s index: sweep, runs, configs (distinct variants), newest
+    (start of its latest run, UTC); runs of no sweep are the row whose sweep is "". None when
+    the index was never built."""
+    con = _built_db(path, uri)
+    if con is None:
+        return None
+    with con:
+        rows = con.execute("SELECT sweep, COUNT(*), COUNT(DISTINCT variant), MAX(started) FROM runs "
+                           "WHERE uri = ? GROUP BY sweep", (uri,)).fetchall()
+    out = pd.DataFrame(rows, columns=["sweep", "runs", "configs", "newest"])
+    out["newest"] = pd.to_datetime(out["newest"], unit="ms", utc=True)
+    return out.sort_values("newest", ascending=False).reset_index(drop=True)
 
 
 def index_run_ids(path: Path, uri: str) -> set[str] | None:
@@ -142,17 +200,40 @@ def index_key(tracking_uri: str) -> str:
 
 def reindex(tracking_uri: str, path: Path, experiment: str = EXPERIMENT) -> pd.DataFrame:
     """Rebuild the index for `tracking_uri` from a full MLflow search."""
+    import time
+    t0 = time.time()  # the search's start: a refresh later looks again at anything ingested during it
     df_rows = _search(tracking_uri, experiment)
     key = index_key(tracking_uri)
     with _db(path) as con:
         con.execute("DELETE FROM runs WHERE uri = ?", (key,))
-        con.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
-                        [(key, r["run_id"], json.dumps(r, default=str)) for r in df_rows])
-    mark_built(path, key)
+        con.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)", [_values(key, r) for r in df_rows])
+    mark_built(path, key, t0)
     return _frame(df_rows)
 
 
-def _search(tracking_uri: str, experiment: str) -> list[dict]:
+# A refresh looks back this far before the last one (s): the ingest time is the ingesting host's
+# clock, and a run is searchable only once its last batch is in (clock skew, slow writers).
+REFRESH_MARGIN_S = 120.0
+
+
+def refresh(tracking_uri: str, path: Path) -> int:
+    """Bring the index of a server or database store up to date with the runs ingested since it
+    was built or last refreshed: one MLflow search on ingest's `ingested_at_s` metric, not a
+    full one. (A sqlite store's index is written by ingest itself.) Returns the runs upserted;
+    -1 when there is no index to refresh."""
+    import time
+    key = index_key(tracking_uri)
+    at = built_at(path, key)
+    if at is None:
+        return -1
+    t0 = time.time()
+    rows = _search(tracking_uri, EXPERIMENT, f" and metrics.{INGESTED_AT} >= {at - REFRESH_MARGIN_S:.3f}")
+    index_upsert_many(path, key, rows)
+    mark_built(path, key, t0)
+    return len(rows)
+
+
+def _search(tracking_uri: str, experiment: str, extra: str = "") -> list[dict]:
     db = db_path(tracking_uri)
     if db is not None and not db.exists():  # readers never create a store
         return []
@@ -162,7 +243,7 @@ def _search(tracking_uri: str, experiment: str) -> list[dict]:
         return []
     out, token = [], None
     while True:  # paged: MLflow returns at most 50,000 runs per call
-        page = client.search_runs([exp.experiment_id], f"tags.kind = 'run' and tags.{COMPLETE_TAG} = '1'",
+        page = client.search_runs([exp.experiment_id], f"tags.kind = 'run' and tags.{COMPLETE_TAG} = '1'{extra}",
                                   max_results=10_000, page_token=token)
         out += [row(r.info.run_id, r.info.status, r.info.start_time, r.data.tags, r.data.params, r.data.metrics)
                 for r in page]
@@ -171,21 +252,56 @@ def _search(tracking_uri: str, experiment: str) -> list[dict]:
             return out
 
 
-def load_runs(tracking_uri: str | None = None, experiment: str = EXPERIMENT, use_index: bool = True) -> pd.DataFrame:
+def _sweep_filter(sweeps: list[str]) -> list[str]:
+    """MLflow filter clauses, one per sweep (its language has no IN over tags)."""
+    return [f" and tags.sweep = {filter_value(s)}" for s in sweeps]
+
+
+def _index(tracking_uri: str, experiment: str) -> tuple[Path, str] | None:
+    """The run index's file and key for this store, built (or, for a server, refreshed) so that
+    it holds every complete run; None when the index is not used (another experiment)."""
+    if experiment != EXPERIMENT:
+        return None
+    path, key = index_path(tracking_uri), index_key(tracking_uri)
+    if built_at(path, key) is None:
+        reindex(tracking_uri, path, experiment)
+    elif db_path(tracking_uri) is None:
+        refresh(tracking_uri, path)
+    return path, key
+
+
+def load_runs(tracking_uri: str | None = None, experiment: str = EXPERIMENT, use_index: bool = True,
+              sweeps: list[str] | None = None) -> pd.DataFrame:
     """One row per run: identity, toggles (`toggles.x`), status, and summary metrics
-    (`median_step_s`, `samples_per_s`, `quality`, ...). Empty frame when there are no runs.
-    Without a URI: the project's store (MLFLOW_TRACKING_URI, else the one under HARNESS_RESULTS),
-    as mlflow.search_runs() uses the default tracking URI."""
+    (`median_step_s`, `samples_per_s`, `quality`, ...); only the runs of `sweeps` when given
+    (read from the index by its sweep column: the other runs are never decoded). Empty frame
+    when there are no runs. Without a URI: the project's store (MLFLOW_TRACKING_URI, else the
+    one under HARNESS_RESULTS), as mlflow.search_runs() uses the default tracking URI."""
     if tracking_uri is None:
         tracking_uri = default_tracking_uri(paths.results_root())
     db = db_path(tracking_uri)
     if db is not None and not db.exists():  # a reader never creates a store, nor an index beside none
         return _frame([])
-    if not use_index or experiment != EXPERIMENT:
-        return _frame(_search(tracking_uri, experiment))
-    path = index_path(tracking_uri)
-    df = index_read(path, index_key(tracking_uri))
-    return df if df is not None else reindex(tracking_uri, path, experiment)
+    found = _index(tracking_uri, experiment) if use_index else None
+    if found is None:
+        if sweeps is None:
+            return _frame(_search(tracking_uri, experiment))
+        return _frame([r for clause in _sweep_filter(sweeps) for r in _search(tracking_uri, experiment, clause)])
+    return index_read(*found, sweeps)
+
+
+def sweep_table(tracking_uri: str | None = None) -> pd.DataFrame:
+    """One row per sweep in the store: sweep, runs, configs, newest (UTC), newest first (runs of
+    no sweep: sweep ""); read from the run index without loading any run's row. Empty when there
+    is no store."""
+    if tracking_uri is None:
+        tracking_uri = default_tracking_uri(paths.results_root())
+    db = db_path(tracking_uri)
+    empty = pd.DataFrame({"sweep": pd.Series(dtype=str), "runs": pd.Series(dtype=int),
+                          "configs": pd.Series(dtype=int), "newest": pd.Series(dtype="datetime64[ns, UTC]")})
+    if db is not None and not db.exists():
+        return empty
+    return index_sweeps(*_index(tracking_uri, EXPERIMENT))
 
 
 def step_samples(record_dir: str, phase: str = "steady") -> list[float]:

@@ -21,7 +21,7 @@ from results.store import locks
 from results.record import schema
 from results.store import sqlite_store
 from results.store import frames as store
-from results.store.tracking import COMPLETE_TAG, EXPERIMENT, store_budget_s
+from results.store.tracking import COMPLETE_TAG, EXPERIMENT, INGESTED_AT, filter_value, store_budget_s
 from results.store.tracking import client as _client
 
 BATCH = 900  # MLflow's log_batch takes at most 1000 metrics per call
@@ -56,15 +56,6 @@ def _experiment_id(client, artifact_root: Path | None) -> str:
     return exp_id
 
 
-def filter_value(value: str) -> str:
-    """`value` as a quoted string in an MLflow filter. MLflow strips one pair of quotes and
-    knows no escapes, so a value is quoted with the kind it does not contain."""
-    for q in ("'", '"'):
-        if q not in value:
-            return f"{q}{value}{q}"
-    raise ValueError(f"{value[:80]!r} holds both kinds of quote; MLflow's filter language cannot match it")
-
-
 def find_run(client, exp_id: str, run_id: str):
     """The complete MLflow run of a record, or None. Runs of it left half-written (no
     completion tag) are deleted so that the record is ingested again in full: call this only
@@ -96,20 +87,20 @@ def sweep_parent(client, exp_id: str, sweep: str, lock: Path) -> str:
 
 def _sweep_parent(client, exp_id: str, sweep: str) -> str:
     # by a digest of the name: a sweep label may hold any character, quotes included
-    hits = client.search_runs([exp_id], filter_string=f"tags.kind = 'sweep' and tags.sweep_key = '{_digest(sweep)}'",
+    hits = client.search_runs([exp_id], filter_string=f"tags.kind = 'sweep' and tags.sweep_key = '{sweep_key(sweep)}'",
                               max_results=100)
     if not hits and ("'" not in sweep or '"' not in sweep):  # a parent made before sweep_key existed
         hits = client.search_runs([exp_id], f"tags.kind = 'sweep' and tags.sweep = {filter_value(sweep)}",
                                   max_results=100)
     if hits:  # stores from before the lock may hold racing creators' parents: the oldest is the one
         return min(hits, key=lambda h: (h.info.start_time, h.info.run_id)).info.run_id
-    run = client.create_run(exp_id, tags={"kind": "sweep", "sweep": visible(sweep), "sweep_key": _digest(sweep),
+    run = client.create_run(exp_id, tags={"kind": "sweep", "sweep": visible(sweep), "sweep_key": sweep_key(sweep),
                                           "mlflow.runName": visible(f"sweep {sweep}")})
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
 
 
-def _digest(text: str) -> str:
+def sweep_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
 
 
@@ -263,11 +254,13 @@ def _write(client, exp_id: str, rec: dict, run_dir: Path, tracking_uri: str, com
     return "added"
 
 
-def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, tags: dict) -> None:
-    from mlflow.entities import Metric, Param, RunTag
+def mlflow_content(rec: dict) -> tuple[dict[str, str], list, list]:
+    """What a record becomes in MLflow, apart from the run itself and the bookkeeping tags:
+    (tags, metrics, params). Shared with the synthetic bulk writer (results/store/bulk.py), so a
+    benchmark store holds exactly what ingest would write."""
+    from mlflow.entities import Metric, Param
 
-    rid, st = run.info.run_id, rec["status"]
-    start_ms = int(st["started"] * 1000)
+    start_ms = int(rec["status"]["started"] * 1000)
     # every figure of the summary (results/record/schema.summary_figures): no list to keep in step
     metrics = [Metric(k, v, start_ms, 0) for k, v in schema.summary_figures(rec["summary"]).items()]
     for row in rec["metrics"]:
@@ -282,21 +275,36 @@ def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, 
         else:
             metrics.append(Metric("eval_quality", row["quality"], ts, row["step"]))
     params = [Param(k, v[:6000]) for k, v in _params(rec["config"]).items()]
+    return _tags(rec), metrics, params
+
+
+def index_row(mlflow_run_id: str, rec: dict, tags: dict, metrics: list, params: list) -> dict:
+    """The run index's row for a record written as `mlflow_run_id` (what a search would return)."""
+    st = rec["status"]
+    latest = {m.key: m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))}
+    return store.row(mlflow_run_id, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), int(st["started"] * 1000),
+                     {**tags, COMPLETE_TAG: "1"}, {p.key: p.value for p in params}, latest)
+
+
+def _fill(client, run, rec: dict, run_dir: Path, tracking_uri: str, comm: bool, tags: dict) -> None:
+    from mlflow.entities import Metric, RunTag
+
+    rid, st = run.info.run_id, rec["status"]
+    _, metrics, params = mlflow_content(rec)
     # artifacts and the end state first, then everything else in as few batches as MLflow allows;
     # the completion tag rides in the last one, so a run without it is known to be half-written
     _log_record_folder(client, run, Path(run_dir))
     client.set_terminated(rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"),
                           end_time=int(st.get("ended", st["started"]) * 1000))
-    chunks = [metrics[i:i + BATCH] for i in range(0, len(metrics), BATCH)] or [[]]
+    now = time.time()
+    metrics.append(Metric(INGESTED_AT, now, int(now * 1000), 0))
+    chunks = [metrics[i:i + BATCH] for i in range(0, len(metrics), BATCH)]
     for chunk in chunks[:-1]:
         client.log_batch(rid, metrics=chunk)
     client.log_batch(rid, metrics=chunks[-1], params=params,
                      tags=[RunTag("record_version", str(schema.RECORD_VERSION)), RunTag(COMPLETE_TAG, "1")])
     if tracking_uri.startswith("sqlite:///") and not comm:  # keep the run index (results/store/frames.py) current
-        latest = {m.key: m.value for m in sorted(metrics, key=lambda m: (m.step, m.timestamp))}
-        store.index_upsert(store.index_path(tracking_uri), tracking_uri, store.row(
-            rid, schema.MLFLOW_STATUS.get(st["status"], "FAILED"), start_ms, {**tags, COMPLETE_TAG: "1"},
-            {p.key: p.value for p in params}, latest))
+        store.index_upsert(store.index_path(tracking_uri), tracking_uri, index_row(rid, rec, tags, metrics, params))
 
 
 def _log_record_folder(client, run, run_dir: Path) -> None:

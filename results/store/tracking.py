@@ -7,8 +7,20 @@ from pathlib import Path
 
 EXPERIMENT = "mlperf-harness"
 COMPLETE_TAG = "ingest_complete"  # "1" once every batch of a run is in; "0" while it is written
+# metric: when the run was ingested (s since the epoch, the ingesting host's clock); a reader of a
+# server store refreshes its run index by it (results/store/frames.refresh)
+INGESTED_AT = "ingested_at_s"
 STORE_BUDGET_S = 30.0  # most seconds a run or an ingest spends on a store that is down or failing
 HTTP_TIMEOUT_S = 10.0  # one HTTP request to a tracking server, at most (MLflow's default is 120 s)
+
+
+def filter_value(value: str) -> str:
+    """`value` as a quoted string in an MLflow filter. MLflow strips one pair of quotes and
+    knows no escapes, so a value is quoted with the kind it does not contain."""
+    for q in ("'", '"'):
+        if q not in value:
+            return f"{q}{value}{q}"
+    raise ValueError(f"{value[:80]!r} holds both kinds of quote; MLflow's filter language cannot match it")
 
 
 def store_budget_s() -> float:
