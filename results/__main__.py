@@ -30,8 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         from results.analysis.sweep_summary import print_sweep_summary
         print_sweep_summary(root / "runs", args.sweep)
         return 0
+    import logging
+
     from results.store.tracking import default_tracking_uri
     uri = default_tracking_uri(root)
+    # every store error reaches the user as our one line; MLflow's and psycopg's own logged traceback of
+    # it (a full database disk, an unreachable server) would bury that line. After mlflow's import,
+    # which sets its loggers' levels.
+    import mlflow  # noqa: F401
+    for name in ("mlflow", "psycopg"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         if args.cmd == "reindex":
             from results.store import frames as store
@@ -43,10 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("results: error: migrate needs --to URI (e.g. http://HOST:5000 or "
                       "postgresql+psycopg://USER:PASS@HOST:PORT/DB)", file=sys.stderr)
                 return 2
-            import logging
-
             from results.store.migrate import migrate
-            logging.getLogger("mlflow").setLevel(logging.CRITICAL)  # an unreachable store: our one line, not its traceback
             src = args.src or uri
             try:
                 got = migrate(src, args.to, root)
@@ -62,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             rebuild_store(root, uri, force=args.force)
         return _ingest(root, uri)
     except Exception as e:  # noqa: BLE001 - one line, exit 2; records are untouched
+        from results.store.ingest import StoreFull
         from results.store.sqlite_store import StoreDamaged
-        plain = isinstance(e, (StoreDamaged, PermissionError)) or args.cmd != "ingest"  # these name the store
+        plain = isinstance(e, (StoreDamaged, StoreFull, PermissionError)) or args.cmd != "ingest"  # these name the store
         what = "" if plain else f"cannot ingest into MLflow store {uri}: "
         print(f"results: error: {what}{str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2

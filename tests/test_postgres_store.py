@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,71 @@ def test_a_fault_mid_ingest_loses_nothing_and_duplicates_nothing(tmp_path, fault
         assert {d.name: sorted((f.name, f.stat().st_size) for f in d.iterdir()) for d in dirs} == before
     finally:
         stop(proc)
+
+
+def test_a_database_stores_index_follows_concurrent_writers(tmp_path, monkeypatch):
+    """A store on PostgreSQL is written by jobs on other nodes, so its run index is the reader's:
+    built once by a full search, then refreshed by ingest time. Read while four ingesters write:
+    after they finish, the index holds exactly what a full MLflow search holds."""
+    dst = postgres_database("t_refresh")
+    monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path))  # the reader's index: tmp_path/run_index.sqlite
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": dst}
+    make_records(tmp_path / "first" / "runs", 2, sweep="")
+    assert _results(["ingest", "--results", str(tmp_path / "first")], env).returncode == 0
+    from results.store.frames import index_path, load_runs
+    assert len(load_runs(dst)) == 2 and index_path(dst) == tmp_path / "run_index.sqlite"
+    batches = [make_records(tmp_path / f"b{i}" / "runs", 3, sweep="conc@1") for i in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-m", "results", "ingest", "--results", str(tmp_path / f"b{i}")],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(4)]
+    seen = []
+    while any(p.poll() is None for p in procs):
+        seen.append(len(load_runs(dst)))  # never fewer than before, never a run twice
+        time.sleep(0.5)
+    assert all(p.wait() == 0 for p in procs), [p.stderr.read() for p in procs]
+    final = load_runs(dst)
+    want = sorted(d.name for b in batches for d in b) + []
+    assert seen == sorted(seen) and final["run_id"].is_unique
+    assert sorted(final["run_id"]) == sorted(load_runs(dst, use_index=False)["run_id"])
+    assert set(want) <= set(final["run_id"]) and len(final) == 14
+    assert sorted(load_runs(dst, sweeps=["conc@1"])["run_id"]) == want
+
+
+@pytest.mark.slow
+def test_a_full_database_disk_stops_the_ingest_in_one_line_and_loses_nothing(tmp_path):
+    """The database in a tablespace on a 24 MB tmpfs filled to its last 256 KiB: the ingest stops
+    at the first write that does not fit, one line naming the store and the full disk (exit 2);
+    once there is space again the next ingest adds every record exactly once."""
+    from results.store import postgres
+    from tests.test_store_safety import _mount
+    if not postgres.is_up():
+        pytest.skip("no harness PostgreSQL on this machine (make postgres-up, as root)")
+    import tempfile
+    disk = Path(tempfile.mkdtemp(prefix="harness-pgdisk-", dir="/var/tmp"))  # where the postgres user can reach
+    disk.chmod(0o755)
+    if not _mount("-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)):
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        (disk / "ts").mkdir()
+        dst = postgres.create_database("t_full", location=disk / "ts")
+        env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": dst, "HARNESS_STORE_BUDGET_S": "20"}
+        first = make_records(tmp_path / "a" / "runs", 1, sweep="")
+        assert _results(["ingest", "--results", str(tmp_path / "a")], env).returncode == 0  # schema + experiment
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        (disk / "fill").write_bytes(b"\0" * (free - 256 * 1024))
+        more = make_records(tmp_path / "b" / "runs", 40, sweep="")
+        p = _results(["ingest", "--results", str(tmp_path / "b")], env)
+        assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+        (line,) = p.stderr.strip().splitlines()
+        assert "out of disk space" in line and "No space left on device" in line and "t_full" in line, line
+        assert "harness:harness@" not in line  # the password is not printed
+        (disk / "fill").unlink()
+        p = _results(["ingest", "--results", str(tmp_path / "b")], env)
+        assert p.returncode == 0, p.stderr
+        got = store_runs(dst)
+        assert got["run_ids"] == sorted(d.name for d in first + more) and got["incomplete"] == 0
+    finally:
+        if postgres.is_up():
+            postgres.drop_database("t_full")
+        subprocess.run(["umount", str(disk)], check=True)
+        disk.rmdir()

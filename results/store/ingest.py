@@ -162,6 +162,21 @@ class Transient(Exception):
     """The store could not be reached or was busy for every attempt."""
 
 
+class StoreFull(Exception):
+    """The store's disk is full: every further record would fail the same way, so the ingest
+    stops at the first, naming it (the records stay; ingest again once there is space)."""
+
+
+# how a full disk reads from each backend: PostgreSQL ("could not extend file ...: No space left on
+# device", SQLSTATE 53100 disk_full), sqlite ("database or disk is full"), a server relaying either
+FULL_MARKERS = ("no space left on device", "database or disk is full", "could not extend file", "disk full",
+                "disk quota exceeded")
+
+
+def store_full(e: BaseException) -> bool:
+    return any(m in f"{e}".lower() for m in FULL_MARKERS)
+
+
 TRANSIENT_MARKERS = ("database is locked", "database table is locked", "connection refused", "connectionerror",
                      "max retries exceeded", "connection reset", "connection aborted", "remotedisconnected",
                      "temporarily unavailable", "timed out", "timeout", "error code 429", "error code 502",
@@ -196,7 +211,10 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | No
             return _ingest_once(run_dir, tracking_uri, client, known)
         except (schema.RecordError, sqlite_store.StoreDamaged):
             raise
-        except Exception as e:  # noqa: BLE001 - sorted into transient (retried) and the rest
+        except Exception as e:  # noqa: BLE001 - sorted into full, transient (retried) and the rest
+            if store_full(e):  # checked first: a server relays it as a 500, which would read as transient
+                raise StoreFull(f"MLflow store {_where(tracking_uri)} is out of disk space ({_full_line(e)}); "
+                                "the records are kept: free space on the store's disk and ingest again") from None
             if not transient(e):
                 raise
             attempt += 1
@@ -206,6 +224,18 @@ def ingest_run(run_dir: Path, tracking_uri: str, client=None, attempts: int | No
                                 f"{time.monotonic() - t0:.0f} s: "
                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
             time.sleep(wait)
+
+
+def _where(uri: str) -> str:
+    """The store without its password."""
+    import re
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", uri)
+
+
+def _full_line(e: BaseException) -> str:
+    """The line of the error that says the disk is full."""
+    lines = [ln.strip() for ln in str(e).replace("\\n", "\n").splitlines() if ln.strip()]
+    return next((ln for ln in lines if store_full(Exception(ln))), lines[0] if lines else type(e).__name__)[:300]
 
 
 def _env_attempts() -> int:
@@ -353,7 +383,7 @@ def ingest_all(runs_root: Path, tracking_uri: str, client=None) -> dict[str, lis
             out[ingest_run(d, tracking_uri, client, known=known)].append(d.name)
         except schema.RecordError as e:
             out["broken"].append(f"{d.name}: {e}")
-        except (Transient, sqlite_store.StoreDamaged, PermissionError):
+        except (Transient, StoreFull, sqlite_store.StoreDamaged, PermissionError):
             raise
         except Exception as e:  # noqa: BLE001 - this record alone: MLflow rejected something in it
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""

@@ -125,18 +125,36 @@ def up(port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> str:
     return uri(port, "127.0.0.1" if host in ("0.0.0.0", "") else host)
 
 
-def create_database(name: str, port: int = DEFAULT_PORT) -> str:
+def create_database(name: str, port: int = DEFAULT_PORT, location: Path | None = None) -> str:
     """A fresh database `name` owned by the harness role (dropped first if it exists): its URI.
-    For tests and benchmarks that need a store of their own on the running cluster."""
+    For tests and benchmarks that need a store of their own on the running cluster. With
+    `location` (an empty folder, e.g. a small filesystem for a full-disk test) the database lives
+    there, in a tablespace of its own (ts_<name>)."""
     if not name.replace("_", "").isalnum():
         raise PostgresSetupError(f"database name {name!r}: letters, digits and _ only")
+    psql = _psql(port)
+    drop_database(name, port)
+    where = ""
+    if location is not None:
+        shutil.chown(location, "postgres", "postgres")
+        _as_postgres(*psql, f"CREATE TABLESPACE ts_{name} LOCATION '{Path(location).resolve()}'")
+        where = f" TABLESPACE ts_{name}"
+    _as_postgres(*psql, f"CREATE DATABASE {name} OWNER {USER}{where}")
+    return uri(port).rsplit("/", 1)[0] + f"/{name}"
+
+
+def drop_database(name: str, port: int = DEFAULT_PORT) -> None:
+    """Drop database `name` (its sessions ended) and its tablespace, if they exist."""
+    psql = _psql(port)
+    _as_postgres(*psql, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    _as_postgres(*psql, f"DROP TABLESPACE IF EXISTS ts_{name}")
+
+
+def _psql(port: int) -> list[str]:
     b = bindir()
     if b is None or not is_up(port):
         raise PostgresSetupError(f"no harness PostgreSQL on port {port}: run `make postgres-up`")
-    psql = [str(b / "psql"), "-h", str(SOCKETS), "-p", str(port), "-U", "postgres", "-tAc"]
-    _as_postgres(*psql, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    _as_postgres(*psql, f"CREATE DATABASE {name} OWNER {USER}")
-    return uri(port).rsplit("/", 1)[0] + f"/{name}"
+    return [str(b / "psql"), "-h", str(SOCKETS), "-p", str(port), "-U", "postgres", "-tAc"]
 
 
 def down(port: int = DEFAULT_PORT) -> bool:
