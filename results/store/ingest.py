@@ -43,10 +43,15 @@ def _experiment_id(client, artifact_root: Path | None) -> str:
     exp = client.get_experiment_by_name(EXPERIMENT)
     if exp is not None:
         return exp.experiment_id
-    loc = None
+    loc = None  # a tracking server: its own artifact root (proxied)
     if client.tracking_uri.startswith("sqlite:"):  # keep artifacts beside the db, not in ./mlruns
         db = Path(client.tracking_uri.split("sqlite:///", 1)[1])
         loc = (artifact_root or db.parent / "mlartifacts").resolve().as_uri()
+    elif not client.tracking_uri.startswith(("http://", "https://", "databricks")):
+        # a database URI (jobs writing straight into PostgreSQL): MLflow's default is ./mlruns under
+        # whatever folder the job ran in; the results folder (shared by the jobs) instead
+        from results.record import paths
+        loc = (artifact_root or paths.results_root() / "mlartifacts").resolve().as_uri()
     try:
         exp_id = client.create_experiment(EXPERIMENT, artifact_location=loc)
     except Exception:  # noqa: BLE001 - another process created it first
