@@ -198,3 +198,24 @@ def test_a_full_database_disk_stops_the_ingest_in_one_line_and_loses_nothing(tmp
             postgres.drop_database("t_full")
         subprocess.run(["umount", str(disk)], check=True)
         disk.rmdir()
+
+
+def test_rebuild_store_against_a_database_restores_missing_runs_and_the_index(tmp_path, monkeypatch):
+    dst = postgres_database("t_rebuild")
+    monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": dst}
+    dirs = make_records(tmp_path / "runs", 3, sweep="")
+    assert _results(["ingest", "--results", str(tmp_path)], env).returncode == 0
+    from mlflow.tracking import MlflowClient
+
+    from results.store.frames import load_runs
+    assert len(load_runs(dst)) == 3
+    c = MlflowClient(dst)
+    (lost,) = c.search_runs([c.get_experiment_by_name("mlperf-harness").experiment_id],
+                            f"tags.run_id = '{dirs[0].name}'")
+    c.delete_run(lost.info.run_id)  # a run lost from the database (an administrator's mistake)
+    p = _results(["rebuild-store", "--results", str(tmp_path)], env)
+    assert p.returncode == 0 and "not set aside" in p.stdout and "1 added, 2 already present" in p.stdout, \
+        p.stdout + p.stderr
+    assert store_runs(dst)["run_ids"] == sorted(d.name for d in dirs)
+    assert sorted(load_runs(dst)["run_id"]) == sorted(d.name for d in dirs)

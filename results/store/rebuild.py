@@ -1,5 +1,8 @@
 """`python -m results rebuild-store`: the records are the truth, so a damaged sqlite store is
-set aside (renamed, nothing deleted) and a new one is filled from them by the next ingest."""
+set aside (renamed, nothing deleted) and a new one is filled from them by the next ingest. A
+tracking server's or database's store is its administrator's and is never set aside: every record
+is ingested into it again (only the runs missing from it, or half-written there, are written) and
+the reader's run index of it is dropped, to be rebuilt by a full search on the next read."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +21,10 @@ def rebuild_store(root: Path, uri: str, force: bool = False) -> list[Path]:
     caller then ingests every record into a fresh store. Returns where the old files went."""
     db = sqlite_store.db_path(uri)
     if db is None:
-        raise ValueError(f"rebuild-store rebuilds the embedded sqlite store; {uri} is not one "
-                         "(a tracking server's store is its administrator's)")
+        store.forget(store.index_path(uri), store.index_key(uri))
+        print(f"MLflow store {uri.split('@')[-1]}: a server or database, not set aside; every record under {root} "
+              "ingested into it again (only missing or half-written runs are written) and its run index rebuilt")
+        return []
     with locks.held(sqlite_store.lock_file(db), "create"):  # no store is made while we move this one
         why = sqlite_store.damage(db) if db.exists() else "there is none"
         if not why and not force:
