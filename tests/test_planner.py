@@ -316,3 +316,48 @@ def test_layer_profile_times_the_block_under_full_recomputation():
     assert [r["microbatch"] for r in got["layers"]["block_recompute"]] == [2]
     assert set(got["layers"]) == {"embedding", "block", "head", "block_recompute"}
     assert got["layers"]["block_recompute"][0]["saved_bytes"] < got["layers"]["block"][0]["saved_bytes"]
+
+
+# -- the whole strategy: data parallel or pipelines of every depth (search.candidates) -------------
+def test_auto_chooses_the_pipeline_depth_a_model_too_big_for_one_device_needs(tmp_path):
+    """Model state 144,160 B (8 blocks of 16,000 + embedding 16,000 + head 160) on devices of
+    100,000 B: no replica fits one device, so data parallel and 4 one-stage pipelines are refused;
+    2 replicas x 2 stages and 1 x 4 stages fit. By hand (free links, 1F1B, one sample per
+    microbatch): 2 stages of 4.1 and 4.5 block-times take (8 + 1) x 4.5 = 40.5, 4 stages of at most
+    2.5 take (16 + 3) x 2.5 = 47.5: depth 2 wins."""
+    costs = {"a": _linear("a", 0.01, memory_per_sample=10)}
+    p = planner.plan(_inv(("a", 4, 100_000)), costs, LinkModel(FREE, tmp_path), 16, "auto")
+    assert p["strategy"] == "pp" and p["replicas"] == 2 and p["pp_split"] == [4, 4]
+    assert [c["plan"] for c in p["candidates"]] == ["pp 2 x (2 a stages)", "pp 1 x (4 a stages)"]
+    assert p["candidates"][0]["step_s"] < p["candidates"][1]["step_s"]
+    assert any(r.startswith("dp: device a") and "too small for a data-parallel replica" in r for r in p["refused"])
+    assert "pp 2 x (2 a stages) predicts" in p["why"] and "faster than the next, pp 1 x (4 a stages)" in p["why"]
+
+
+def test_auto_prefers_data_parallel_when_a_replica_fits(tmp_path):
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.02)}
+    p = planner.plan(_inv(("fast", 2, 1e12), ("slow", 2, 1e12)), costs, LinkModel(FREE, tmp_path), 64, "auto")
+    assert p["strategy"] == "dp" and p["candidates"][0]["plan"] == "dp x4"
+    assert {c["plan"] for c in p["candidates"][1:]} == {"pp 2 x (1 fast+1 slow stages)", "pp 1 x (2 fast+2 slow stages)"}
+    assert "no pipeline bubble" in p["why"]
+
+
+def test_seed_utilization_holds_the_mixed_job_against_each_kinds_own_best_job(tmp_path):
+    """Linear costs and free links: a device's rate does not depend on its batch, so the balanced
+    mixed job reaches the homogeneous jobs' sum (1.0 by HETHUB's definition) and the uniform split
+    does not; each homogeneous job gets the mixed job's samples per device."""
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
+    p = planner.plan(_inv(("fast", 1, 1e12), ("slow", 3, 1e12)), costs, LinkModel(FREE, tmp_path), 60, "dp")
+    assert {k: r["global_batch"] for k, r in p["homogeneous"].items()} == {"fast": 15, "slow": 45}
+    assert p["predicted"]["utilization_seed"] == pytest.approx(1.0, abs=0.03)
+    assert p["uniform"]["predicted"]["utilization_seed"] < 0.8
+
+
+def test_seed_utilization_is_not_defined_when_a_kind_cannot_train_alone(tmp_path):
+    """A device that holds one block but not the model: it trains only inside a mixed pipeline."""
+    costs = {"big": _linear("big", 0.01, memory_per_sample=10), "small": _linear("small", 0.01, memory_per_sample=10)}
+    p = planner.plan(_inv(("big", 1, 1e12), ("small", 1, 40_000)), costs, LinkModel(FREE, tmp_path), 8, "auto")
+    assert p["strategy"] == "pp" and dict(zip(p["stage_order"], p["pp_split"]))["small"] <= 2
+    assert p["predicted"]["utilization_seed"] is None and p["homogeneous"]["small"]["samples_per_s"] is None
+    assert "too small" in p["homogeneous"]["small"]["why"]
+    assert p["homogeneous"]["big"]["samples_per_s"] > 0

@@ -108,8 +108,22 @@ def _lines(p: dict) -> list[str]:
         out.append(f"  uniform split {','.join(map(str, p['uniform']['pp_split']))} in order {p['uniform']['stage_order']}"
                    f"{'' if un['fits_memory'] else '  (does NOT fit in memory)'}")
     for name, f in (("planned", pr), ("uniform", un)):
+        seed = f.get("utilization_seed")
         out.append(f"  {name:<8} predicted step {1e3 * f['step_s']:.1f} ms, {f['samples_per_s']:.2f} samples/s, "
-                   f"utilization {f['utilization']:.3f}")
+                   f"utilization {f['utilization']:.3f} (vs each device alone), "
+                   f"{'n/a' if seed is None else f'{seed:.3f}'} (vs each kind's own best homogeneous job)")
+    for k, r in p.get("homogeneous", {}).items():
+        out.append(f"  {k} alone (global batch {r['global_batch']}): " + (
+            f"{r['samples_per_s']:.2f} samples/s with {r['plan']}" if r["samples_per_s"]
+            else f"cannot train it ({r['why']})"))
+    if len(p.get("candidates", [])) > 1:
+        out.append("  top plans:")
+        for c in p["candidates"]:
+            mem = "" if c["peak_memory_bytes"] is None else ", peak " + ", ".join(
+                f"{k} {v / 1e9:.1f} GB" for k, v in c["peak_memory_bytes"].items())
+            out.append(f"    {c['plan']:<40} {1e3 * c['step_s']:9.1f} ms  {c['samples_per_s']:9.2f} samples/s{mem}")
+    if p.get("why"):
+        out.append(f"  why: {p['why']}")
     out.append(f"  links: {p['links']}")
     return out
 

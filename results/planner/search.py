@@ -17,11 +17,19 @@ recomputation of a stage's blocks where activations would not fit; each candidat
 simulated and the fastest kept. The uniform split (equal blocks, or equal shares) is simulated
 beside it.
 
-Utilization (the issue's definition, the form heterogeneous-training papers use when they hold a
-mixed job against its device groups): throughput of the mixed job / the sum of the throughputs
-each device reaches training alone (B samples per step, its whole-model forward and backward and
-one optimizer step, memory ignored). It is 1 only if no device ever waits and nothing is spent
-on communication or the pipeline's bubble.
+Two utilizations, both reported:
+- `utilization`: throughput of the mixed job / the sum of the throughputs each device reaches
+  training alone (B samples per step, its whole-model forward and backward and one optimizer
+  step, memory ignored). It is 1 only if no device ever waits and nothing is spent on
+  communication or the pipeline's bubble.
+- `utilization_seed`, as HETHUB (arXiv 2405.16256) counts it: throughput of the mixed job / the
+  sum over device kinds of the throughput a homogeneous job of that kind (all its devices, the
+  same samples per device) reaches with its own best plan (homogeneous_rates). Communication and bubbles
+  a homogeneous job pays too are in the bound, so this one asks only what mixing costs.
+
+Strategy `auto` chooses the shape too (candidates): data parallel over every device, or
+pipelines of every depth (the smallest proportional group times each divisor of gcd(counts)),
+each with its best split; the fastest predicted wins, the runners-up are kept with the reason.
 """
 from __future__ import annotations
 
@@ -34,7 +42,7 @@ from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
 from results.analysis.schedule import StageCost, data_parallel_step, min_max_split, simulate
 
-STRATEGIES = ("auto", "dp", "pp")
+STRATEGIES = ("auto", "dp", "pp")  # auto: the best of every dp and pp shape (candidates)
 
 
 def _alone_rate(c: Costs, batch: int) -> float:
@@ -221,9 +229,17 @@ def _orders(per: dict[str, int], inv: Inventory, costs: dict[str, Costs]) -> lis
     return list(dict.fromkeys(found))
 
 
-def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str) -> dict:
-    g = reduce(math.gcd, (d.count for d in inv.devices))
-    per = {d.kind: d.count // g for d in inv.devices}
+def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str,
+            depth: int = 1) -> dict:
+    """Pipelines of `depth` x the smallest group with every kind in the inventory's proportions
+    (gcd(counts) / depth replicas, data-parallel): depth 1 is the most replicas, each the shortest
+    pipeline; a deeper one holds a model too big for the short one, or trades the replicas'
+    all-reduce for a longer pipeline's bubble."""
+    g0 = reduce(math.gcd, (d.count for d in inv.devices))
+    if depth < 1 or g0 % depth:
+        raise PlanError(f"pipeline depth factor {depth} must divide gcd(counts) = {g0}")
+    g = g0 // depth
+    per = {d.kind: d.count // g0 * depth for d in inv.devices}
     p = sum(per.values())
     n = costs[inv.devices[0].kind].n_blocks
     if p > n:
@@ -255,7 +271,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
                         f"stage even with recomputation")
     sim, stages, m, kinds = best
     b = per_replica // m
-    out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "stage_order": kinds,
+    out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth, "stage_order": kinds,
            "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
     out["predicted"] = _pp_figures(sim, batch, devices, costs)
     q, r = divmod(n, p)
@@ -277,17 +293,129 @@ def _pp_figures(sim: dict, batch: int, devices, costs) -> dict:
             "pipeline_s": sim["pipeline_s"], "utilization": utilization(batch / sim["step_s"], devices, costs, batch)}
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def label(p: dict) -> str:
+    """A plan in a few words: 'dp x16' or 'pp 100 x (5+4+7 stages)'."""
+    if p["strategy"] == "dp":
+        return f"dp x{len(p['devices'])}"
+    from collections import Counter
+    c = Counter(p["stage_order"])
+    return f"pp {p['replicas']} x ({'+'.join(f'{n} {k}' for k, n in c.items())} stages)"
+
+
+def candidates(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str = "1f1b",
+               strategies: tuple[str, ...] = ("dp", "pp")) -> tuple[list[dict], list[str]]:
+    """Every plan the planner can make here, fastest predicted step first, and why the others
+    could not be made: data parallel over all devices, and pipelines of every depth (the
+    smallest proportional group x each divisor of gcd(counts), up to one block per stage),
+    replicated data-parallel. Each is the best split of its shape (dp_plan, pp_plan)."""
+    found, refused = [], []
+    if "dp" in strategies:
+        try:
+            found.append(dp_plan(inv, costs, links, batch))
+        except PlanError as e:
+            refused.append(f"dp: {e}")
+    if "pp" in strategies:
+        g = reduce(math.gcd, (d.count for d in inv.devices))
+        shortest = sum(d.count // g for d in inv.devices)
+        n = costs[inv.devices[0].kind].n_blocks
+        for depth in _divisors(g):
+            if shortest * depth > n:
+                if depth == 1:
+                    refused.append(f"pp: {shortest} stages is more than the model's {n} blocks")
+                break
+            try:
+                found.append(pp_plan(inv, costs, links, batch, schedule, depth))
+            except PlanError as e:
+                refused.append(f"pp depth x{depth}: {e}")
+    found.sort(key=lambda p: p["predicted"]["step_s"])
+    return found, refused
+
+
+def homogeneous_rates(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int,
+                      schedule: str) -> dict[str, dict]:
+    """Per device kind: the samples/s a job of only that kind's devices (all of them, the same
+    links, the mixed job's samples per device: a global batch of batch x count / all devices)
+    reaches with its own best plan, or why it cannot train alone. Their sum is HETHUB's
+    "theoretical upper bound" (arXiv 2405.16256): what the kinds would do as separate homogeneous
+    clusters. (The whole batch on each kind alone would flatter the bound: more samples per device
+    means more microbatches per pipeline, a smaller bubble, than the mixed job can have.)"""
+    total = sum(d.count for d in inv.devices)
+    out = {}
+    for d in inv.devices:
+        alone = Inventory(devices=(d,), links=inv.links, optimizer_sharded=inv.optimizer_sharded)
+        b = max(1, round(batch * d.count / total))
+        found, refused = candidates(alone, {d.kind: costs[d.kind]}, links, b, schedule)
+        out[d.kind] = ({"samples_per_s": found[0]["predicted"]["samples_per_s"], "plan": label(found[0]),
+                        "global_batch": b} if found
+                       else {"samples_per_s": None, "global_batch": b, "why": "; ".join(refused)})
+    return out
+
+
+def utilization_seed(samples_per_s: float, rates: dict[str, dict]) -> float | None:
+    """Throughput of the mixed job / the sum of the homogeneous jobs' (homogeneous_rates); None
+    when a kind cannot train alone (the bound is then not defined)."""
+    if any(r["samples_per_s"] is None for r in rates.values()):
+        return None
+    return samples_per_s / sum(r["samples_per_s"] for r in rates.values())
+
+
+def _peak_memory(p: dict) -> dict[str, float] | None:
+    """Most bytes a device of each kind holds in the plan (pipeline stages), None for data
+    parallel (its shares are within each device's cap by construction)."""
+    if p["strategy"] != "pp":
+        return None
+    out: dict[str, float] = {}
+    for st in p["stages"]:
+        out[st["kind"]] = max(out.get(st["kind"], 0.0), st["mem_bytes"])
+    return out
+
+
 def plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, strategy: str = "auto",
          schedule: str = "1f1b") -> dict:
+    """The best plan of `strategy` (auto: of every shape candidates() makes), with the top
+    candidates beside it, why the best wins, and both utilizations."""
     if strategy not in STRATEGIES:
         raise PlanError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
     if batch < 1:
         raise PlanError(f"global batch must be >= 1; got {batch}")
-    if strategy == "auto":  # data parallel when a replica fits on every device (no bubble, one collective)
-        fits = all(_dp_cap(costs[d.kind], d.memory_bytes, batch) >= 1 for d in inv.devices)
-        strategy = "dp" if fits else "pp"
-    out = dp_plan(inv, costs, links, batch) if strategy == "dp" else pp_plan(inv, costs, links, batch, schedule)
+    found, refused = candidates(inv, costs, links, batch, schedule,
+                                ("dp", "pp") if strategy == "auto" else (strategy,))
+    if not found:
+        raise PlanError(refused[0] if len(refused) == 1 else "no plan fits: " + " | ".join(refused))
+    out = found[0]
+    rates = homogeneous_rates(inv, costs, links, batch, schedule)
+    for f in (out["predicted"], out["uniform"]["predicted"]):
+        f["utilization_seed"] = utilization_seed(f["samples_per_s"], rates)
+    out["homogeneous"] = rates
+    out["candidates"] = [{"plan": label(c), "step_s": c["predicted"]["step_s"],
+                          "samples_per_s": c["predicted"]["samples_per_s"],
+                          "peak_memory_bytes": _peak_memory(c), "bubble": c["predicted"].get("bubble")}
+                         for c in found[:TOP]]
+    out["refused"] = refused
+    out["why"] = _why(found)
     out.update(global_batch=batch, links=links.source,
                sources={k: c.source for k, c in costs.items()},
                estimate=any(not c.measured for c in costs.values()) or not links.measured)
     return out
+
+
+TOP = 5  # candidates kept in a plan beside the best
+
+
+def _why(found: list[dict]) -> str:
+    best = found[0]
+    if len(found) == 1:
+        return f"{label(best)} is the only plan that fits"
+    nxt = found[1]
+    gain = nxt["predicted"]["step_s"] / best["predicted"]["step_s"]
+    parts = []
+    if best["strategy"] == "pp" and nxt["strategy"] == "pp":
+        parts.append(f"bubble {best['predicted']['bubble']:.3f} vs {nxt['predicted']['bubble']:.3f}")
+    if best["strategy"] == "dp":
+        parts.append(f"no pipeline bubble; one all-reduce of {best['predicted']['reduce_s'] * 1e3:.1f} ms")
+    return (f"{label(best)} predicts {best['predicted']['step_s'] * 1e3:.1f} ms a step, {gain:.2f}x faster than the "
+            f"next, {label(nxt)} ({nxt['predicted']['step_s'] * 1e3:.1f} ms)" + (f": {'; '.join(parts)}" if parts else ""))
