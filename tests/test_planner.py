@@ -361,3 +361,27 @@ def test_seed_utilization_is_not_defined_when_a_kind_cannot_train_alone(tmp_path
     assert p["predicted"]["utilization_seed"] is None and p["homogeneous"]["small"]["samples_per_s"] is None
     assert "too small" in p["homogeneous"]["small"]["why"]
     assert p["homogeneous"]["big"]["samples_per_s"] > 0
+
+
+# -- DDP's overlap of the gradient all-reduce with the backward (schedule.overlapped_reduce_end) ----
+@pytest.mark.parametrize("k, c", [(4, 0.1), (4, 0.25), (4, 0.6), (10, 0.05), (1, 0.3)])
+def test_overlap_model_matches_the_closed_forms(k, c):
+    """k equal buckets, F = 1 s forward, B = 2 s backward, each bucket's all-reduce c seconds:
+    F + B + c when c <= B/k (only the last bucket is exposed), F + B/k + k c otherwise."""
+    o = step_sim.Overlap([1.0], [2.0], [1.0] * k, lambda b: c)
+    want = 1.0 + 2.0 + c if c <= 2.0 / k else 1.0 + 2.0 / k + k * c
+    assert step_sim.overlapped_reduce_end(o) == pytest.approx(want)
+    no = step_sim.data_parallel_step([3.0], k * c, [0.0])
+    yes = step_sim.data_parallel_step([3.0], k * c, [0.0], overlap=o)
+    assert no["step_s"] == pytest.approx(3.0 + k * c) and yes["step_s"] == pytest.approx(want)
+    assert yes["step_s"] <= no["step_s"] + 1e-12
+    assert yes["exposed_reduce_s"] == pytest.approx(want - 3.0)
+
+
+def test_overlap_waits_for_the_slowest_rank_and_buckets_fill_as_ddp_fills_them():
+    o = step_sim.Overlap([1.0, 1.0], [2.0, 4.0], [1.0, 1.0], lambda b: 0.1)  # rank 1's backward twice as slow
+    assert step_sim.overlapped_reduce_end(o) == pytest.approx(1.0 + 4.0 + 0.1)
+    mib = 2 ** 20
+    # 1 MiB first bucket, then 25 MiB ones, each closing at the parameter that reaches its limit
+    assert step_sim.ddp_buckets([0.5 * mib] * 3 + [10 * mib] * 5) == [1.0 * mib, 30.5 * mib, 20 * mib]
+    assert step_sim.ddp_buckets([100 * mib, 1.0]) == [100 * mib, 1.0]

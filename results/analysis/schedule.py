@@ -117,13 +117,64 @@ def simulate(schedule: str, costs: list[StageCost], m: int) -> dict:
             "bubble": 1 - sum(busy) / (p * pipeline_s) if pipeline_s > 0 else 0.0}
 
 
-def data_parallel_step(compute_s: list[float], reduce_s: float, optimizer_s: list[float]) -> dict:
+def data_parallel_step(compute_s: list[float], reduce_s: float, optimizer_s: list[float],
+                       overlap: "Overlap | None" = None) -> dict:
     """A data-parallel step without a pipeline: every rank computes its share, then the gradient
-    all-reduce (a synchronisation: it starts when the slowest rank arrives), then the optimizer."""
+    all-reduce (a synchronisation: it starts when the slowest rank arrives), then the optimizer.
+    With `overlap` (DDP's bucketed reduction) the all-reduce runs in buckets during the backward
+    instead (overlapped_reduce_end); `reduce_s` is then unused."""
     slowest = max(compute_s)
-    ends = [slowest + reduce_s + o for o in optimizer_s]
+    done = slowest + reduce_s if overlap is None else overlapped_reduce_end(overlap)
+    ends = [done + o for o in optimizer_s]
     return {"step_s": max(ends), "compute_s": compute_s, "wait_s": [slowest - c for c in compute_s],
-            "reduce_s": reduce_s}
+            "reduce_s": reduce_s if overlap is None else done - slowest, "exposed_reduce_s": done - slowest}
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What DDP's overlap of the gradient all-reduce with the backward depends on, per rank r:
+    fwd_s[r] and bwd_s[r] (the backward produces the gradients at a steady rate, last layer
+    first), the buckets' sizes in the order they fill (bytes: DDP's bucket_cap_mb, 25 MiB by
+    default, over the parameters in reverse order), and what one bucket's all-reduce costs
+    (seconds, a function of its bytes)."""
+    fwd_s: Sequence[float]
+    bwd_s: Sequence[float]
+    bucket_bytes: Sequence[float]
+    reduce_s: Callable[[float], float]
+
+
+def overlapped_reduce_end(o: Overlap) -> float:
+    """When the last bucket's all-reduce ends. Bucket i is ready on rank r once the backward has
+    produced its bytes, fwd_s[r] + bwd_s[r] x (bytes through bucket i) / (all bytes); its all-reduce
+    is collective, so it starts once every rank has it and the previous bucket's is done (DDP
+    launches them in order on one communication stream). Closed forms (tests/test_planner.py):
+    k equal buckets, one rank, each costing c: the end is F + B + c when c <= B/k (only the last
+    bucket is exposed), F + B/k + k c when c >= B/k (the communication is the bottleneck)."""
+    total = float(sum(o.bucket_bytes))
+    end, through = 0.0, 0.0
+    for b in o.bucket_bytes:
+        through += b
+        ready = max(f + bw * through / total for f, bw in zip(o.fwd_s, o.bwd_s))
+        end = max(end, ready) + o.reduce_s(b)
+    return end
+
+
+def ddp_buckets(param_bytes_reverse: Sequence[float], cap_bytes: float = 25 * 2**20,
+                first_cap_bytes: float = 1 * 2**20) -> list[float]:
+    """DDP's buckets: parameters' gradients (bytes, in the order the backward produces them) packed
+    in order; a bucket closes once it reaches its limit, the parameter that crosses it included
+    (torch's compute_bucket_assignment_by_size). The first bucket's limit is first_cap_bytes
+    (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB), so the first all-reduce starts early; the rest
+    cap_bytes (bucket_cap_mb, 25 MiB)."""
+    out, cur, cap = [], 0.0, first_cap_bytes
+    for b in param_bytes_reverse:
+        cur += b
+        if cur >= cap:
+            out.append(cur)
+            cur, cap = 0.0, cap_bytes
+    if cur:
+        out.append(cur)
+    return out
 
 
 def min_max_split(n: int, k: int, cost: Callable[[int, int], float]) -> list[int] | None:
