@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-w", "--warmup-iters", type=int, default=1, help="untimed iterations per size")
     m.add_argument("-c", "--check", type=int, default=1, help="1: verify every result by value (0: don't)")
     m.add_argument("--no-ingest", action="store_true", help="leave the records for `make ingest`")
+    m.add_argument("--via", default="direct", help="direct | host: the host relay (device -> host, the collective "
+                   "on host buffers with gloo or MPI, host -> device), the planner's host_relay link")
     f = sub.add_parser("profile", help="per-layer forward/backward time and memory on this device, for the planner")
     f.add_argument("workload")
     f.add_argument("--size", default="tiny")
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             from harness.comm import bench as comm_bench
             from harness.comm import run as comm_run
             opts = comm_bench.options(args.collectives, args.backends, args.dtypes, args.minbytes, args.maxbytes,
-                                      args.stepfactor, args.iters, args.warmup_iters, args.check)
+                                      args.stepfactor, args.iters, args.warmup_iters, args.check, args.via)
             return comm_run.main(opts, ingest=not args.no_ingest)
         from harness.experiments import sweep
         if args.cmd == "submit":

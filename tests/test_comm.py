@@ -184,6 +184,7 @@ def test_a_dead_rank_fails_the_open_record_in_bounded_time(env, tmp_path):
     (("-b", "0"), "sizes must be positive"),
     (("-e", "lots"), "bad size 'lots'"),
     (("-f", "1"), "-f must be an integer of 2 or more"),
+    (("--via", "pcie"), "unknown --via 'pcie'; valid: direct, host"),
     ((), "collectives need 2 or more ranks"),
 ])
 def test_bad_input_is_one_line_and_exit_2(env, args, words):
@@ -221,3 +222,29 @@ def test_a_hung_rank_under_mpiexec_fails_the_record_in_bounded_time(env, tmp_pat
     assert out.returncode != 0 and time.monotonic() - t0 < 100, out.stderr[-2000:]
     (rec,) = records(env).values()
     assert rec["status"]["status"] == "failed" and rec["status"]["reason"].startswith("another rank died or hung")
+
+
+def test_the_host_relay_is_checked_by_value_and_feeds_the_planners_relay_link(env):
+    """`harness comm --via host`: each call copies to host buffers, runs the collective there and
+    copies back; every result is checked by value against the same expected data as the direct
+    path's, and the planner's host_relay link reads these records, the direct link the others."""
+    from results.planner.inventory import Links
+    from results.planner.links import LinkModel
+    args = ("-m", "harness", "comm", *SMALL, "--collectives", "all_reduce,send_recv", "--backends", "gloo",
+            "--no-ingest")
+    for via in ("direct", "host"):
+        out = mpiexec(env, 2, *args, "--via", via, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+    recs = [schema.read_record(d, with_metrics=True) for d in comm_dirs(env)]
+    assert sorted((r["config"]["collective"], r["config"]["via"]) for r in recs) == [
+        ("all_reduce", "direct"), ("all_reduce", "host"), ("send_recv", "direct"), ("send_recv", "host")]
+    for r in recs:
+        rows = [m for m in r["metrics"] if m["kind"] == "size" and "skipped" not in m]
+        assert r["status"]["status"] == "finished" and rows and all(m["wrong"] == 0 for m in rows)
+        assert ("via-host" in r["config"]["run_id"]) == (r["config"]["via"] == "host")
+    links = LinkModel(Links(measured=True, backend="gloo"), Path(env["HARNESS_RESULTS"]))
+    table = {(r["config"]["collective"], r["config"]["via"]): comm_record.table(Path(r["dir"])) for r in recs}
+    assert links.send_s(65536, relay=True) == pytest.approx(comm_record.time_at(table[("send_recv", "host")], 65536))
+    assert links.send_s(65536) == pytest.approx(comm_record.time_at(table[("send_recv", "direct")], 65536))
+    assert links.all_reduce_s(65536, 2, relay=True) == pytest.approx(
+        comm_record.time_at(table[("all_reduce", "host")], 65536))

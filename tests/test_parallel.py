@@ -94,6 +94,7 @@ def test_sharding_divides_model_state_per_rank(data_strategies):
         assert state["fsdp"][part] == pytest.approx(full[part] / 2, rel=0.02), part
 
 
+@pytest.mark.slow  # 23 s; FSDP's memory accounting stays in make test (test_strategy_matches_one_rank...)
 def test_fsdp_lowers_peak_memory_where_model_state_outweighs_its_unshard_window(env, data_root):
     """Peak live tensor bytes per rank (profiler memory timeline), DDP vs FSDP on LM deep-tiny
     (tiny's width, 8 blocks). FSDP holds 1/n of the model state but unshards about two blocks

@@ -385,3 +385,30 @@ def test_overlap_waits_for_the_slowest_rank_and_buckets_fill_as_ddp_fills_them()
     # 1 MiB first bucket, then 25 MiB ones, each closing at the parameter that reaches its limit
     assert step_sim.ddp_buckets([0.5 * mib] * 3 + [10 * mib] * 5) == [1.0 * mib, 30.5 * mib, 20 * mib]
     assert step_sim.ddp_buckets([100 * mib, 1.0]) == [100 * mib, 1.0]
+
+
+# -- the host relay between kinds that share no collective library ---------------------------------
+def test_the_host_relay_adds_two_pcie_copies_to_the_direct_path(tmp_path):
+    est = inventory.Links(measured=False, busbw_gb_per_s=10, latency_us=1, pcie_gb_per_s=5)
+    links = LinkModel(est, tmp_path)
+    nbytes = 4e6
+    assert links.send_s(nbytes, relay=True) == pytest.approx(links.send_s(nbytes) + 2 * nbytes / 5e9)
+    assert links.all_reduce_s(nbytes, 4, relay=True) == pytest.approx(links.all_reduce_s(nbytes, 4) + 2 * nbytes / 5e9)
+    with pytest.raises(PlanError, match="harness comm --via host"):
+        LinkModel(inventory.Links(measured=False, busbw_gb_per_s=10, latency_us=1), tmp_path).send_s(1e6, relay=True)
+
+
+def test_pipeline_boundaries_between_unlike_libraries_take_the_relay(tmp_path):
+    costs = {"a": _linear("a", 0.01), "b": _linear("b", 0.01)}
+    est = inventory.Links(measured=False, busbw_gb_per_s=1, latency_us=1, pcie_gb_per_s=0.01)  # a slow relay
+    same = inventory.Inventory((inventory.DeviceKind("a", 1, 1e12, library="nccl"),
+                                inventory.DeviceKind("b", 1, 1e12, library="nccl")), est)
+    unlike = inventory.Inventory((inventory.DeviceKind("a", 1, 1e12, library="nccl"),
+                                  inventory.DeviceKind("b", 1, 1e12, library="rccl")), est)
+    p_same = planner.plan(same, costs, LinkModel(est, tmp_path), 8, "pp")
+    p_unlike = planner.plan(unlike, costs, LinkModel(est, tmp_path), 8, "pp")
+    assert p_same["host_relay"] == [False] and p_unlike["host_relay"] == [True]
+    assert p_unlike["predicted"]["step_s"] > p_same["predicted"]["step_s"]
+    dp = planner.plan(unlike, costs, LinkModel(est, tmp_path), 8, "dp")
+    assert dp["host_relay"] is True and dp["predicted"]["reduce_s"] > planner.plan(
+        same, costs, LinkModel(est, tmp_path), 8, "dp")["predicted"]["reduce_s"]

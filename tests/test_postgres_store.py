@@ -200,6 +200,7 @@ def test_a_full_database_disk_stops_the_ingest_in_one_line_and_loses_nothing(tmp
         disk.rmdir()
 
 
+@pytest.mark.slow
 def test_rebuild_store_against_a_database_restores_missing_runs_and_the_index(tmp_path, monkeypatch):
     dst = postgres_database("t_rebuild")
     monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path))

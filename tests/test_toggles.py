@@ -92,7 +92,9 @@ def test_missing_dali_is_unsupported_not_a_silent_torch_run(tmp_path, data_root,
     assert schema.read_record(out.dir)["status"]["reason"] == out.reason
 
 
-@pytest.mark.parametrize("toggles", [{"dali": True}, {"amp": "bf16"}, {"compile": True}])
+# compile's end-to-end run (32 s) is in make test-all; make test covers compile through the sweeps' cells
+@pytest.mark.parametrize("toggles", [{"dali": True}, {"amp": "bf16"},
+                                     pytest.param({"compile": True}, marks=pytest.mark.slow)])
 def test_toggle_runs_end_to_end(tmp_path, data_root, monkeypatch, toggles):
     monkeypatch.setenv("HARNESS_DATA", str(data_root))
     out = runner.execute(_cfg(**toggles), root=tmp_path)

@@ -1,6 +1,13 @@
 """`python -m harness comm` (entry: harness/comm/run.py): collectives measured as nccl-tests measures them, on gloo, MPI and
 NCCL over the same ranks, recorded like any run (harness/comm/record.py, results/analysis/collectives.py).
 
+--via host measures the host relay between accelerators that share no collective library (seed
+001's CPU path between chips of different vendors): each call copies its input from the device to
+host memory (pinned on a GPU), runs the collective on the host buffers with gloo or MPI, and copies
+the result back to the device, all inside the timed call. On a CPU-only machine the "device" is host
+memory, so the copies are memcpys. Its records say via=host; the planner's host_relay link reads
+them (results/planner/links.py).
+
 Per collective, dtype and size (-b .. -e, x -f), for each backend in turn (so gloo and MPI at
 one size are measured back to back, paired in time) and each mode (out-of-place, in-place):
 a barrier, `warmup` untimed calls, `iters` calls each timed on its own (blocking calls: the
@@ -39,6 +46,7 @@ class Options:
     warmup: int = 1      # nccl-tests -w default (5 before 2025)
     check: bool = True   # nccl-tests -c default
     explicit_backends: bool = False  # the user named the backends (so an impossible one is an error)
+    via: str = "direct"  # "host": the host relay (device -> host copy, the collective on host buffers, back)
 
 
 def parse_size(text: str) -> int:
@@ -61,8 +69,11 @@ def _choices(text: str, valid: tuple[str, ...], what: str) -> tuple[str, ...]:
     return items
 
 
+VIAS = ("direct", "host")
+
+
 def options(collectives: str, backends: str, dtypes: str, minb: str, maxb: str, factor: int,
-            iters: int, warmup: int, check: int) -> Options:
+            iters: int, warmup: int, check: int, via: str = "direct") -> Options:
     """Validated options (UsageError, one line, on anything wrong); checked on every rank alike
     before any rank joins a process group."""
     from harness.comm.cases import DTYPES
@@ -75,9 +86,11 @@ def options(collectives: str, backends: str, dtypes: str, minb: str, maxb: str, 
         raise UsageError(f"-f must be an integer of 2 or more (sizes multiply by it); got {factor}")
     if iters < 1 or warmup < 0:
         raise UsageError(f"-n must be at least 1 and -w at least 0; got -n {iters} -w {warmup}")
+    if via not in VIAS:
+        raise UsageError(f"unknown --via {via!r}; valid: {', '.join(VIAS)}")
     return Options(_choices(collectives, comm_record.COLLECTIVES, "collective"), _choices(backends, BACKENDS, "backend"),
                    _choices(dtypes, tuple(DTYPES), "dtype"), lo, hi, factor, iters, warmup, bool(check),
-                   explicit_backends=backends.strip() != "all")
+                   explicit_backends=backends.strip() != "all", via=via)
 
 
 def load_now() -> dict[str, float]:

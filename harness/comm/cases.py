@@ -61,22 +61,16 @@ class Case:
 
 
 def make(backend: str, collective: str, count: int, dtype: str, mode: str, rank: int, n: int,
-         device: torch.device, group=None, comm=None) -> Case:
+         device: torch.device, group=None, comm=None, via: str = "direct") -> Case:
+    """One collective's buffers, its call and its check. via="host": the buffers live on `device`
+    and each call relays through host copies (see harness/comm/bench.py); the check reads the
+    device buffers, so a relay that loses or misplaces data fails it."""
     dt = DTYPES[dtype]
     c = count // n  # elements per rank's chunk (chunked collectives)
     big = torch.empty(count, dtype=dt, device=device)
     small = torch.empty(c if collective in CHUNKED else count, dtype=dt, device=device)
     full = lambda r: pattern(r, 0, count, dt)  # noqa: E731 - rank r's whole input
-    # (input, output) views for each collective and mode; ip aliases them as the APIs define
-    if collective in ("all_reduce", "broadcast", "reduce"):
-        inp, out = (big, small) if mode == "oop" else (big, big)
-    elif collective == "reduce_scatter":  # in place: torch leaves the result in the rank's chunk,
-        at = 0 if backend == "mpi" else rank * c  # MPI in the first chunk (MPI-3.1 §5.10.1)
-        inp, out = (big, small) if mode == "oop" else (big, big[at:at + c])
-    elif collective == "all_gather":
-        inp, out = (small, big) if mode == "oop" else (big[rank * c:(rank + 1) * c], big)
-    else:  # all_to_all, send_recv: separate buffers
-        inp, out = big, torch.empty_like(big)
+    inp, out = _views(backend, collective, mode, big, small, rank, c)
 
     def init():
         if collective == "all_gather":
@@ -102,9 +96,37 @@ def make(backend: str, collective: str, count: int, dtype: str, mode: str, rank:
             return 0  # only the root holds a result
         return int((out.cpu() != expected()).sum())
 
+    if via == "host":
+        pin = device.type == "cuda"  # page-locked host buffers: the copies run at the link's speed
+        big_h = torch.empty(count, dtype=dt, pin_memory=pin)
+        small_h = torch.empty(small.numel(), dtype=dt, pin_memory=pin)
+        inp_h, out_h = _views(backend, collective, mode, big_h, small_h, rank, c)  # aliased as the device's
+        host = (_mpi_call(comm, collective, mode, inp_h, out_h, rank, n) if backend == "mpi"
+                else _torch_call(group, collective, mode, inp_h, out_h, rank, n, torch.device("cpu")))
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+        def run():
+            inp_h.copy_(inp)   # device -> host
+            sync()
+            host()             # the collective between hosts
+            out.copy_(out_h)   # host -> device
+            sync()             # the call is complete when the result is back on the device
+        return Case(run, init, wrong)
     run = (_mpi_call(comm, collective, mode, inp, out, rank, n) if backend == "mpi"
            else _torch_call(group, collective, mode, inp, out, rank, n, device))
     return Case(run, init, wrong)
+
+
+def _views(backend: str, collective: str, mode: str, big, small, rank: int, c: int):
+    """(input, output) views for each collective and mode; in place aliases them as the APIs define."""
+    if collective in ("all_reduce", "broadcast", "reduce"):
+        return (big, small) if mode == "oop" else (big, big)
+    if collective == "reduce_scatter":  # in place: torch leaves the result in the rank's chunk,
+        at = 0 if backend == "mpi" else rank * c  # MPI in the first chunk (MPI-3.1 §5.10.1)
+        return (big, small) if mode == "oop" else (big, big[at:at + c])
+    if collective == "all_gather":
+        return (small, big) if mode == "oop" else (big[rank * c:(rank + 1) * c], big)
+    return big, torch.empty_like(big)  # all_to_all, send_recv: separate buffers
 
 
 def _torch_call(group, collective: str, mode: str, inp, out, rank: int, n: int, device) -> Callable[[], None]:

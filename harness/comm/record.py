@@ -20,7 +20,8 @@ from results.record import schema
 
 class CommRecord:
     def __init__(self, root: Path, config: dict[str, Any], env: dict[str, Any], info: dict[str, Any]):
-        self.run_id = (f"comm-{config['collective']}-{config['backend']}-{config['dtype']}-n{config['ranks']}-"
+        via = "-via-host" if config.get("via") == "host" else ""
+        self.run_id = (f"comm-{config['collective']}-{config['backend']}{via}-{config['dtype']}-n{config['ranks']}-"
                        f"{unique_stamp()}")
         self.dir = Path(root) / comm_record.SUBDIR / self.run_id
         self.dir.mkdir(parents=True, exist_ok=False)

@@ -42,8 +42,11 @@ class _Groups:
             else:
                 self.why["nccl"] = "NCCL needs CUDA GPUs and torch sees none on this machine"
 
-    def device(self, backend: str) -> torch.device:
-        return torch.device("cuda", self.info.local_rank) if backend == "nccl" else torch.device("cpu")
+    def device(self, backend: str, via: str = "direct") -> torch.device:
+        """Where the buffers live: the GPU for NCCL, and for the host relay wherever the job's
+        accelerator is (a GPU if there is one; on a CPU-only machine, host memory)."""
+        gpu = backend == "nccl" or (via == "host" and torch.cuda.is_available())
+        return torch.device("cuda", self.info.local_rank) if gpu else torch.device("cpu")
 
     def barrier(self, backend: str) -> None:
         import torch.distributed as td
@@ -64,8 +67,8 @@ def _measure(g: _Groups, backend: str, collective: str, dtype: str, nbytes: int,
     if count == 0:
         return {**row, "bytes": nbytes, "skipped": f"below one {dtype} element per rank"}
     for mode in cases.modes(backend, collective):
-        case = cases.make(backend, collective, count, dtype, mode, rank, n, g.device(backend),
-                          group=g.nccl if backend == "nccl" else None, comm=g.comm)
+        case = cases.make(backend, collective, count, dtype, mode, rank, n, g.device(backend, opts.via),
+                          group=g.nccl if backend == "nccl" else None, comm=g.comm, via=opts.via)
         case.init()
         g.barrier(backend)
         for _ in range(opts.warmup):
@@ -154,11 +157,13 @@ def run(opts: comm_bench.Options, info: dist_mod.DistInfo, ingest: bool, constra
                     active = {}  # backend -> its open record (None on ranks other than 0)
                     for backend in opts.backends:
                         cfg = {**common, "collective": collective, "backend": backend, "dtype": dtype,
-                               "device": "cuda" if backend == "nccl" else "cpu",
+                               "device": g.device(backend, opts.via).type,
                                "modes": list(cases.modes(backend, collective))}
                         rec = CommRecord(root, cfg, env, facts) if info.is_main else None
                         done += [rec] if rec else []
-                        reason = g.why[backend] or cases.unsupported(backend, collective, dtype)
+                        reason = g.why[backend] or cases.unsupported(backend, collective, dtype) or (
+                            "the host relay carries gloo or MPI traffic between hosts; NCCL is a device library"
+                            if opts.via == "host" and backend == "nccl" else "")
                         if reason:
                             _close(rec, open_recs, schema.UNSUPPORTED, reason)
                             continue

@@ -10,11 +10,15 @@
         memory_gb: 80
         peak_tflops: 989         # vendor peak (dense bf16) ...
         efficiency: 0.45         # ... times an assumed efficiency: an ESTIMATE, said so in every plan
+        library: nccl            # its collective library (optional): kinds whose libraries differ share
+                                 #   no native path, so their traffic takes the host relay (below)
     links:                       # how long collectives and sends take between the devices
       collectives: measured      # the newest collectives records under results/comm (busbw and
       backend: gloo              #   latency by size: harness comm), or an estimate:
       # busbw_gb_per_s: 25
       # latency_us: 10
+      # pcie_gb_per_s: 25        # device <-> host copies of the host relay, when no `harness comm
+                                 #   --via host` records are there to measure it
     optimizer_sharded: false     # ZeRO-1 over the data-parallel replicas (model state 4 + 12/dp B/param)
 
 Any other field, a count or memory that is not positive, a profile that does not exist or an
@@ -28,8 +32,8 @@ from pathlib import Path
 from results.record import schema
 
 MAX_BYTES = 1 << 20  # an inventory is a few lines; refuse anything that could be an alias bomb
-DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency")
-LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us")
+DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency", "library")
+LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us", "pcie_gb_per_s")
 TOP_FIELDS = ("devices", "links", "optimizer_sharded")
 
 
@@ -45,6 +49,7 @@ class DeviceKind:
     profile: Path | None = None      # a measured profile record's folder
     peak_flop_s: float | None = None  # vendor peak x assumed efficiency (an estimate)
     efficiency: float | None = None
+    library: str | None = None       # collective library; None: shares one with every kind
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class Links:
     backend: str = "gloo"
     busbw_gb_per_s: float | None = None
     latency_us: float | None = None
+    pcie_gb_per_s: float | None = None  # the host relay's device <-> host copies (an estimate)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,19 @@ def _unknown(where: str, d: dict, allowed: tuple[str, ...]) -> None:
     extra = sorted(set(d) - set(allowed))
     if extra:
         raise PlanError(f"{where}: unknown field {extra[0]!r}; valid: {', '.join(allowed)}")
+
+
+def _library(where: str, dev: dict) -> str | None:
+    lib = dev.get("library")
+    if lib is not None and (not isinstance(lib, str) or not lib.strip()):
+        raise PlanError(f"{where}: library must be a name (nccl, rccl, hccl ...); got {lib!r}")
+    return lib
+
+
+def relay_between(a: DeviceKind, b: DeviceKind) -> bool:
+    """Whether traffic between these kinds takes the host relay: both name a collective library
+    and the libraries differ (a kind naming none is taken to share the other's)."""
+    return a.library is not None and b.library is not None and a.library != b.library
 
 
 def parse(d, source: str = "", base: Path | None = None) -> Inventory:
@@ -102,13 +121,14 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
             path = path if path.is_absolute() or base is None else base / path
             if not (path / schema.SUMMARY).exists():
                 raise PlanError(f"{where}: profile {dev['profile']} is not a profile record (harness profile writes them)")
-            devices.append(DeviceKind(dev["kind"], count, mem, profile=path))
+            devices.append(DeviceKind(dev["kind"], count, mem, profile=path, library=_library(where, dev)))
         else:
             peak = _positive(where, "peak_tflops", dev.get("peak_tflops"))
             eff = _positive(where, "efficiency", dev.get("efficiency"))
             if eff > 1:
                 raise PlanError(f"{where}: efficiency is a fraction of peak (0 < e <= 1); got {eff}")
-            devices.append(DeviceKind(dev["kind"], count, mem, peak_flop_s=peak * 1e12 * eff, efficiency=eff))
+            devices.append(DeviceKind(dev["kind"], count, mem, peak_flop_s=peak * 1e12 * eff, efficiency=eff,
+                                      library=_library(where, dev)))
     if len({dv.kind for dv in devices}) != len(devices):
         raise PlanError(f"{source}: device kinds must be distinct")
     links = d.get("links") or {"collectives": "measured"}
@@ -122,6 +142,9 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
     else:
         lk = Links(measured=False, busbw_gb_per_s=_positive(f"{source}: links", "busbw_gb_per_s", links.get("busbw_gb_per_s")),
                    latency_us=_positive(f"{source}: links", "latency_us", links.get("latency_us")))
+    if "pcie_gb_per_s" in links:
+        from dataclasses import replace
+        lk = replace(lk, pcie_gb_per_s=_positive(f"{source}: links", "pcie_gb_per_s", links["pcie_gb_per_s"]))
     sharded = d.get("optimizer_sharded", False)
     if not isinstance(sharded, bool):
         raise PlanError(f"{source}: optimizer_sharded must be true or false; got {sharded!r}")

@@ -7,6 +7,11 @@ sizes (results/comm_record.time_at). At another count (a what-if), the ring mode
 (the smallest size's time) + factor(n) x S / busbw (the largest size's), the factor from
 nccl-tests' bus bandwidth definition. Estimated: the same ring model with the inventory's
 busbw and latency.
+
+The host relay (between kinds whose collective libraries differ, inventory.relay_between): measured
+from the newest `harness comm --via host` records of the backend (device -> host copy, the
+collective between hosts, host -> device, all in the timed call), else the direct path plus the
+two copies at links.pcie_gb_per_s. Neither there: a plan that needs the relay is a PlanError.
 """
 from __future__ import annotations
 
@@ -21,8 +26,13 @@ class LinkModel:
     def __init__(self, links: Links, results: Path):
         self.measured = links.measured
         self.tables: dict[str, tuple[int, list[dict]]] = {}
+        self.relay_tables: dict[str, tuple[int, list[dict]]] = {}
+        self.pcie = links.pcie_gb_per_s * 1e9 if links.pcie_gb_per_s else None
         if links.measured:
             for coll in ("all_reduce", "send_recv"):
+                relay = self._newest(results / comm_record.SUBDIR, coll, links.backend, via="host")
+                if relay is not None:
+                    self.relay_tables[coll] = relay
                 found = self._newest(results / comm_record.SUBDIR, coll, links.backend)
                 if found is None:
                     raise PlanError(f"links.collectives=measured: no finished {coll} record for backend "
@@ -36,18 +46,20 @@ class LinkModel:
                 big[f"time_us_{comm_record.best_mode(big)}"] / 1e6)
             self.latency = small[f"time_us_{comm_record.best_mode(small)}"] / 1e6
             self.source = (f"measured: {links.backend} all_reduce at {n} ranks "
-                           f"({self.busbw / 1e9:.2f} GB/s busbw, {self.latency * 1e6:.0f} us), send_recv")
+                           f"({self.busbw / 1e9:.2f} GB/s busbw, {self.latency * 1e6:.0f} us), send_recv"
+                           + ("; host relay measured (comm --via host)" if self.relay_tables else ""))
         else:
             self.busbw, self.latency = links.busbw_gb_per_s * 1e9, links.latency_us / 1e6
-            self.source = f"ESTIMATE: {links.busbw_gb_per_s} GB/s busbw, {links.latency_us} us latency"
+            self.source = (f"ESTIMATE: {links.busbw_gb_per_s} GB/s busbw, {links.latency_us} us latency"
+                           + (f", host relay + 2 copies at {links.pcie_gb_per_s} GB/s" if links.pcie_gb_per_s else ""))
 
     @staticmethod
-    def _newest(root: Path, coll: str, backend: str) -> tuple[int, list[dict]] | None:
+    def _newest(root: Path, coll: str, backend: str, via: str = "direct") -> tuple[int, list[dict]] | None:
         best = None
         for d in schema.record_dirs(root):
             rec = schema.read_record(d)
             c = rec["config"]
-            if (c.get("collective") == coll and c.get("backend") == backend
+            if (c.get("collective") == coll and c.get("backend") == backend and c.get("via", "direct") == via
                     and rec["status"].get("status") == schema.FINISHED):
                 key = rec["status"].get("ended", 0)
                 if best is None or key > best[0]:
@@ -57,16 +69,37 @@ class LinkModel:
     def _ring(self, coll: str, nbytes: float, n: int) -> float:
         return self.latency + comm_record.BUS_FACTOR[coll](n) * nbytes / self.busbw
 
-    def all_reduce_s(self, nbytes: float, n: int) -> float:
+    def all_reduce_s(self, nbytes: float, n: int, relay: bool = False) -> float:
         if n <= 1 or nbytes <= 0:
             return 0.0
+        if relay:
+            return self._relay("all_reduce", nbytes, n)
         if "all_reduce" in self.tables and self.tables["all_reduce"][0] == n:
             return comm_record.time_at(self.tables["all_reduce"][1], nbytes)
         return self._ring("all_reduce", nbytes, n)
 
-    def send_s(self, nbytes: float) -> float:
+    def send_s(self, nbytes: float, relay: bool = False) -> float:
         if nbytes <= 0:
             return 0.0
+        if relay:
+            return self._relay("send_recv", nbytes, 2)
         if "send_recv" in self.tables:
             return comm_record.time_at(self.tables["send_recv"][1], nbytes)
         return self._ring("send_recv", nbytes, 2)
+
+    def _relay(self, coll: str, nbytes: float, n: int) -> float:
+        """The host relay: measured where `comm --via host` recorded this collective at this rank
+        count (at another count: the measured relay's extra over the direct path at the same
+        size, added to the direct path's ring model), else the direct path + two copies over PCIe."""
+        direct = self.all_reduce_s(nbytes, n) if coll == "all_reduce" else self.send_s(nbytes)
+        if coll in self.relay_tables:
+            ranks, rows = self.relay_tables[coll]
+            relayed = comm_record.time_at(rows, nbytes)
+            if ranks == n or coll == "send_recv":
+                return relayed
+            same = comm_record.time_at(self.tables[coll][1], nbytes) if coll in self.tables else direct
+            return direct + max(0.0, relayed - same)
+        if self.pcie is None:
+            raise PlanError("these device kinds share no collective library, so their traffic takes the host relay: "
+                            "measure it with `harness comm --via host` (under mpiexec) or give links.pcie_gb_per_s")
+        return direct + 2 * nbytes / self.pcie

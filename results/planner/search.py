@@ -37,7 +37,7 @@ import math
 from functools import reduce
 from itertools import permutations
 
-from results.planner.inventory import Inventory, PlanError
+from results.planner.inventory import Inventory, PlanError, relay_between
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
 from results.analysis.schedule import (Overlap, StageCost, data_parallel_step, ddp_buckets, min_max_split,
@@ -111,7 +111,7 @@ def balanced_shares(devices: list[str], costs: dict[str, Costs], caps: dict[str,
     return shares
 
 
-def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True) -> dict:
+def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, relay: bool = False) -> dict:
     """The step of data parallel over `devices` with these shares. With overlap (what DDP does)
     the gradient all-reduce runs in DDP's buckets during the backward (schedule.Overlap); the
     buckets are packed from the layers' gradients in backward order (head, blocks last to first,
@@ -119,7 +119,7 @@ def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True) 
     c0 = costs[devices[0]]
     compute = [costs[k].sample_s(b) * b for k, b in zip(devices, shares)]
     n = len(devices)
-    reduce_s = links.all_reduce_s(c0.total_params * c0.grad_bytes_per_param, n)
+    reduce_s = links.all_reduce_s(c0.total_params * c0.grad_bytes_per_param, n, relay)
     opt = [costs[k].optimizer_s_per_param * costs[k].total_params for k in devices]
     if not overlap or n == 1:
         return data_parallel_step(compute, reduce_s, opt)
@@ -130,7 +130,7 @@ def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True) 
     layers = [c0.params["head"] * g] + [c0.params["block"] * g] * c0.n_blocks + [c0.params["embedding"] * g]
     ov = Overlap([phase(costs[k], b, Costs.fwd) for k, b in zip(devices, shares)],
                  [phase(costs[k], b, Costs.bwd) for k, b in zip(devices, shares)],
-                 ddp_buckets(layers), lambda nbytes: links.all_reduce_s(nbytes, n))
+                 ddp_buckets(layers), lambda nbytes: links.all_reduce_s(nbytes, n, relay))
     out = data_parallel_step(compute, reduce_s, opt, ov)
     out["reduce_s"] = reduce_s  # the whole all-reduce, as if not overlapped; exposed_reduce_s is what shows
     return out
@@ -153,8 +153,10 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     q, r = divmod(batch, len(devices))
     even = [q + (1 if i < r else 0) for i in range(len(devices))]
     out = {"strategy": "dp", "devices": devices, "batch_split": shares, "uniform": {"batch_split": even}}
+    relay = _any_relay(inv)
+    out["host_relay"] = relay
     for key, sh, where in (("predicted", shares, out), ("predicted", even, out["uniform"])):
-        sim = _dp_predict(devices, sh, costs, links)
+        sim = _dp_predict(devices, sh, costs, links, relay=relay)
         fits = all(b <= caps[k] for k, b in zip(devices, sh))
         where[key] = {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"],
                       "utilization": utilization(batch / sim["step_s"], devices, costs, batch),
@@ -213,16 +215,32 @@ def stages_for(kinds, costs, memory, split, b, m, schedule) -> list[dict] | None
     return out
 
 
-def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str) -> dict:
+def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str,
+                relay=lambda a, b: False) -> dict:
+    """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
+    host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
+    between the first and last stage). A stage's data-parallel all-reduce stays among its own kind."""
     sc = []
+    last = len(stages) - 1
     for s, st in enumerate(stages):
         c = costs[st["kind"]]
         reduce_s = links.all_reduce_s(st["params"] * c.grad_bytes_per_param, dp)
-        if c.tied_params and len(stages) > 1 and s in (0, len(stages) - 1):  # tied embedding / head copies
-            reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2)
-        sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b), reduce_s,
+        if c.tied_params and len(stages) > 1 and s in (0, last):  # tied embedding / head copies
+            reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2,
+                                           relay(stages[0]["kind"], stages[last]["kind"]))
+        nxt = relay(st["kind"], stages[s + 1]["kind"]) if s < last else False
+        sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b, nxt), reduce_s,
                             c.optimizer_s_per_param * st["params"]))
     return simulate(schedule, sc, m)
+
+
+def _relay_fn(inv: Inventory):
+    by = {d.kind: d for d in inv.devices}
+    return lambda a, b: relay_between(by[a], by[b])
+
+
+def _any_relay(inv: Inventory) -> bool:
+    return any(relay_between(a, b) for a in inv.devices for b in inv.devices)
 
 
 def _m_candidates(per_replica: int, p: int, schedule: str) -> list[int]:
@@ -272,6 +290,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
                         f"M >= P); raise --global-batch or use --schedule gpipe")
     memory = {d.kind: d.memory_bytes for d in inv.devices}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
+    relay = _relay_fn(inv)
     best = None
     for order in _orders(per, inv, costs):
         kinds = [k for k in order for _ in range(per[k])]
@@ -280,7 +299,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
             stages = split_blocks(kinds, costs, memory, b, m, schedule)
             if stages is None:
                 continue
-            sim = _pp_predict(stages, costs, links, b, m, g, schedule)
+            sim = _pp_predict(stages, costs, links, b, m, g, schedule, relay)
             if best is None or sim["step_s"] < best[0]["step_s"]:
                 best = (sim, stages, m, list(kinds))
     if best is None:
@@ -289,7 +308,8 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
                         f"stage even with recomputation")
     sim, stages, m, kinds = best
     b = per_replica // m
-    out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth, "stage_order": kinds,
+    out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
+           "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,
            "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
     out["predicted"] = _pp_figures(sim, batch, devices, costs)
     q, r = divmod(n, p)
@@ -299,7 +319,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     fits = ust is not None
     if not fits:  # what it would take with memory to spare, marked as not fitting
         ust = stages_for(uniform_kinds, costs, {k: math.inf for k in memory}, even, b, m, schedule)
-    usim = _pp_predict(ust, costs, links, b, m, g, schedule)
+    usim = _pp_predict(ust, costs, links, b, m, g, schedule, relay)
     out["uniform"] = {"pp_split": even, "stage_order": uniform_kinds, "microbatches": m, "stages": ust,
                       "predicted": {**_pp_figures(usim, batch, devices, costs), "fits_memory": fits}}
     out["predicted"]["fits_memory"] = True

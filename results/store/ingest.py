@@ -130,7 +130,7 @@ def _tags(rec: dict[str, Any]) -> dict[str, str]:
             "record_dir": rec["dir"], "mlflow.runName": cfg["run_id"]}
     if cfg.get("kind") == comm_record.KIND:
         tags.update({k: cfg.get(k, "") for k in ("collective", "backend", "dtype", "ranks", "nodes", "bench",
-                                                  "launcher")}, kind=comm_record.KIND)
+                                                  "launcher")}, via=cfg.get("via", "direct"), kind=comm_record.KIND)
         return {k: visible(str(v)) for k, v in tags.items()}
     slurm = env.get("slurm", {})
     sched = env.get("scheduler", {})  # neutral keys (records from before them have none)
