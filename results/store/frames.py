@@ -19,7 +19,7 @@ import pandas as pd
 from results.record import paths
 from results.record import schema
 from results.store.sqlite_store import db_path
-from results.store.tracking import COMPLETE_TAG, EXPERIMENT, INGESTED_AT, default_tracking_uri, filter_value, client as _client
+from results.store.tracking import COMPLETE_TAG, EXPERIMENT, INGESTED_AT, database_rows, default_tracking_uri, filter_value, client as _client
 
 INDEX = "run_index.sqlite"
 # MLflow tag -> our column
@@ -194,6 +194,10 @@ def index_key(tracking_uri: str) -> str:
     a server moved to a fresh backend) is never read through the old one's index."""
     if db_path(tracking_uri) is not None:
         return tracking_uri
+    rows = database_rows(tracking_uri, "SELECT experiment_id, creation_time FROM experiments WHERE name = %s AND "
+                         "lifecycle_stage = 'active'", (EXPERIMENT,))
+    if rows is not None:  # a database: the same two values, without starting MLflow's client
+        return tracking_uri if not rows else f"{tracking_uri}#{rows[0][0]}@{rows[0][1]}"
     exp = _client(tracking_uri).get_experiment_by_name(EXPERIMENT)
     return tracking_uri if exp is None else f"{tracking_uri}#{exp.experiment_id}@{exp.creation_time}"
 
@@ -227,7 +231,13 @@ def refresh(tracking_uri: str, path: Path) -> int:
     if at is None:
         return -1
     t0 = time.time()
-    rows = _search(tracking_uri, EXPERIMENT, f" and metrics.{INGESTED_AT} >= {at - REFRESH_MARGIN_S:.3f}")
+    since = at - REFRESH_MARGIN_S
+    new = database_rows(tracking_uri, "SELECT COUNT(*) FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
+                        "WHERE m.key = %s AND m.value >= %s AND r.lifecycle_stage = 'active'", (INGESTED_AT, since))
+    if new is not None and new[0][0] == 0:  # a database with nothing new: no MLflow search at all
+        mark_built(path, key, t0)
+        return 0
+    rows = _search(tracking_uri, EXPERIMENT, f" and metrics.{INGESTED_AT} >= {since:.3f}")
     index_upsert_many(path, key, rows)
     mark_built(path, key, t0)
     return len(rows)
