@@ -10,6 +10,8 @@ TORCH   ?= torch==2.13.0
 SWEEP   ?= harness/sweeps/demo.yaml
 SITE    ?= local
 TRACKING_PORT ?= 5000
+# TRACKING_HOST=0.0.0.0 serves the compute nodes (loopback by default)
+TRACKING_HOST ?= 127.0.0.1
 ADDRESS ?= 127.0.0.1
 PORT    ?= 8501
 STAMP   := $(VENV)/.setup-done
@@ -69,7 +71,7 @@ rerun-failed-slurm: setup  ## resubmit only the failed/killed cells of the lates
 	$(PY) -m harness submit $(SWEEP) --site $(SITE) --rerun-failed $(if $(WAIT),--wait)
 
 tracking-server: setup   ## a shared MLflow server for many writers [BACKEND=postgres: on a real PostgreSQL; default sqlite]
-	$(PY) -m results.store.server --port $(TRACKING_PORT) $(if $(BACKEND),--backend $(BACKEND))
+	$(PY) -m results.store.server --host $(TRACKING_HOST) --port $(TRACKING_PORT) $(if $(BACKEND),--backend $(BACKEND))
 
 tracking-server-down:    ## stop the PostgreSQL `tracking-server BACKEND=postgres` started (the server itself: Ctrl-C)
 	$(PY) -m results.store.postgres down
