@@ -50,6 +50,14 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     summary = at.dataframe[2].value.set_index("split")
     assert summary.loc["planned", "predicted step ms"] == round(1000 * plan["predicted"]["step_s"], 1)
     assert summary.loc["uniform", "predicted step ms"] == round(1000 * plan["uniform"]["predicted"]["step_s"], 1)
+    assert summary.loc["planned", "utilization (seed)"] == round(plan["predicted"]["utilization_seed"], 3)
+    cands = at.dataframe[4].value  # the strategies the search compared, the chosen one first
+    assert list(cands["plan"]) == [c["plan"] for c in plan["candidates"]] and cands["plan"].iloc[0].startswith("pp 100 x")
+    assert list(cands["predicted step ms"]) == [round(1000 * c["step_s"], 1) for c in plan["candidates"]]
+    assert any(m.value == f"Why this plan: {plan['why']}" for m in at.markdown)
+    alone = at.dataframe[5].value.set_index("device")
+    assert set(alone.index) == {"H100", "Ascend-910B", "MI250X"}
+    assert alone.loc["H100", "samples/s alone"] == round(plan["homogeneous"]["H100"]["samples_per_s"], 2)
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """`make perf` ddp_overlap: the simulator's model of DDP's overlap (results/analysis/schedule.Overlap)
 against measured steps with and without overlap, on 2 ranks (mpiexec, gloo), LM small.
 
+LM small at batch 1 a rank: its all-reduce (44 MB) is then a visible part of the step.
 With overlap: DDP as the harness runs it (its buckets all-reduced during the backward). Without:
 the same DDP model under no_sync(), then one all-reduce of all gradients after the backward. The
 two alternate in blocks of steps in one pair of processes (A B B A ...), so drift hits both alike.
@@ -27,7 +28,7 @@ from results.record.paths import REPO_ROOT
 BLOCK_STEPS, ROUNDS, WARMUP = 4, 8, 3
 
 
-def _worker(out: str, size: str = "small", batch: int = 4) -> None:
+def _worker(out: str, size: str = "small", batch: int = 1) -> None:
     import torch
     import torch.distributed as td
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -77,8 +78,11 @@ def _worker(out: str, size: str = "small", batch: int = 4) -> None:
             for _ in range(BLOCK_STEPS):
                 times[side].append(step(side == "overlap", parts if side == "no_overlap" else None))
     # what the model needs: DDP's buckets (bytes) and an all-reduce's time at each size
+    # torch 2.13 puts every parameter in one bucket for the first iteration, then rebuilds the buckets
+    # in the order the gradients became ready (1 MiB first, 25 MiB after): the warm-up steps did that
     data = model._get_ddp_logging_data()
-    buckets = [int(b) for b in str(data.get("bucket_sizes", "")).split(", ") if b.strip().isdigit()]
+    sizes = str(data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", ""))
+    buckets = [int(b) for b in sizes.replace(" ", "").split(",") if b.isdigit()]
     total = sum(p.numel() * p.element_size() for p in params)
 
     def allreduce_s(nbytes: int, reps: int = 7) -> float:

@@ -22,6 +22,8 @@ if check is None and not plans:
     st.stop()
 st.caption("Utilization = throughput of the mixed job / the sum of the throughputs each device reaches training "
            "alone on the same global batch (1.0: no device waits, nothing spent on communication or the bubble). "
+           "Utilization (seed), as HETHUB counts it: throughput of the mixed job / the sum over device kinds of "
+           "what a homogeneous job of that kind reaches with its own best plan. "
            "Error = predicted / measured step time - 1.")
 
 if check is not None:
@@ -52,4 +54,14 @@ if plans:
     st.dataframe(plan_report.inventory_frame(plan), hide_index=True, width="stretch")
     st.dataframe(plan_report.plan_summary(plan), hide_index=True, width="stretch")
     st.dataframe(plan_report.plan_table(plan), hide_index=True, width="stretch")
+    cands = plan_report.candidates_frame(plan)
+    if not cands.empty:
+        st.markdown("**The strategies compared** (fastest predicted first)")
+        st.dataframe(cands, hide_index=True, width="stretch")
+    if plan.get("why"):
+        st.markdown(f"Why this plan: {plan['why']}")
+    alone = plan_report.homogeneous_frame(plan)
+    if not alone.empty:
+        st.markdown("**Each kind on its own** (the seed utilization's denominator)")
+        st.dataframe(alone, hide_index=True, width="stretch")
     st.caption(f"links: {plan['links']}")

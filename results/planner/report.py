@@ -84,10 +84,30 @@ def plan_table(plan: dict) -> pd.DataFrame:
 def plan_summary(plan: dict) -> pd.DataFrame:
     rows = []
     for name, f in (("planned", plan["predicted"]), ("uniform", plan["uniform"]["predicted"])):
+        seed = f.get("utilization_seed")
         rows.append({"split": name, "predicted step ms": round(1000 * f["step_s"], 1),
                      "samples/s": round(f["samples_per_s"], 2), "utilization": round(f["utilization"], 3),
+                     "utilization (seed)": None if seed is None else round(seed, 3),
                      "fits memory": f.get("fits_memory", True)})
     return pd.DataFrame(rows)
+
+
+def candidates_frame(plan: dict) -> pd.DataFrame:
+    """The top plans the search compared (strategy auto), fastest first; empty for older plans."""
+    return pd.DataFrame([{"plan": c["plan"], "predicted step ms": round(1000 * c["step_s"], 1),
+                          "samples/s": round(c["samples_per_s"], 2),
+                          "bubble": None if c.get("bubble") is None else round(c["bubble"], 3),
+                          "peak memory GB": "" if not c.get("peak_memory_bytes") else ", ".join(
+                              f"{k} {v / 1e9:.1f}" for k, v in c["peak_memory_bytes"].items())}
+                         for c in plan.get("candidates", [])])
+
+
+def homogeneous_frame(plan: dict) -> pd.DataFrame:
+    """Each kind's own best homogeneous job: the seed utilization's denominator."""
+    return pd.DataFrame([{"device": k, "global batch": r["global_batch"],
+                          "samples/s alone": None if r["samples_per_s"] is None else round(r["samples_per_s"], 2),
+                          "its best plan": r.get("plan") or f"cannot train alone: {r.get('why', '')}"}
+                         for k, r in plan.get("homogeneous", {}).items()])
 
 
 def inventory_frame(plan: dict) -> pd.DataFrame:
