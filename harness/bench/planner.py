@@ -77,9 +77,13 @@ def _dataset(tmp: Path) -> Path:
     return root
 
 
-def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus: dict) -> dict:
-    """Predicted against measured for a plan's split and the uniform one."""
+def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus: dict,
+           homogeneous: dict | None = None) -> dict:
+    """Predicted against measured for a plan's split and the uniform one. Utilization both ways:
+    against each device alone on the whole batch, and as HETHUB counts it, against each kind's
+    homogeneous job (here one device of the kind, on its share of the batch: `homogeneous`)."""
     rate_alone = sum(batch / alone[k]["median_step_s"] for k in plan["devices"])
+    rate_kinds = (sum(h["batch"] / h["median_step_s"] for h in homogeneous.values()) if homogeneous else None)
     rows = {}
     for which, pred in (("planned", plan["predicted"]), ("uniform", plan["uniform"]["predicted"])):
         runs = measured[which]
@@ -89,6 +93,9 @@ def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus:
                        "error": round(pred["step_s"] / step - 1, 4),
                        "utilization_predicted": round(pred["utilization"], 4),
                        "utilization_measured": round(batch / step / rate_alone, 4),
+                       "utilization_seed_predicted": (None if pred.get("utilization_seed") is None
+                                                      else round(pred["utilization_seed"], 4)),
+                       "utilization_seed_measured": None if rate_kinds is None else round(batch / step / rate_kinds, 4),
                        "load_1m": [r["load_1m"] for r in runs]}
     split = plan.get("batch_split") or plan.get("pp_split")
     uniform = plan["uniform"].get("batch_split") or plan["uniform"].get("pp_split")
@@ -123,6 +130,10 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
                 f"  - {{kind: {k}, count: 1, memory_gb: 4, profile: {profiles[c]}}}\n" for k, c in kinds.items())
                 + "links: {collectives: measured, backend: gloo}\n")
             alone = {k: _run(env, tmp, data_dir, [c], batch, []) for k, c in kinds.items()}
+            # each kind's homogeneous job (one device of it here) on its share of the batch, as the planner's
+            # homogeneous_rates counts it: the seed utilization's denominator, measured
+            homogeneous = {k: {**_run(env, tmp, data_dir, [c], batch // len(kinds), []), "batch": batch // len(kinds)}
+                           for k, c in kinds.items()}
             dp = _plan(env, tmp, inv, batch, "dp")
             pp = _plan(env, tmp, inv, batch, "pp")
             dp_cpus = [kinds[k] for k in dp["devices"]]
@@ -145,8 +156,8 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
                     measured["pp"][which].append(_run(env, tmp, data_dir, pp_cpus[which], batch, [
                         "parallel.pp=2", f"parallel.microbatches={pp['microbatches']}",
                         f"parallel.pp_split={','.join(map(str, split))}"]))
-            checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus),
-                      _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus)]
+            checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus, homogeneous),
+                      _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus, homogeneous)]
             lo, hi = got["ci95"]
             predicted = dp["uniform"]["predicted"]["step_s"] / dp["predicted"]["step_s"]
             checks[0]["interleaved"] = {  # the drift-free comparison: planned over uniform, both in one process
@@ -164,6 +175,8 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
         "planned_faster_than_uniform": all(c["planned_over_uniform_throughput"] > 1 for c in out["checks"]),
         "dp_utilization_at_least_0.95": all(c["planned"]["utilization_measured"] >= 0.95
                                             for c in out["checks"] if c["plan"].startswith("dp")),
+        "seed_utilization_at_least_0.95": all((c["planned"]["utilization_seed_measured"] or 0) >= 0.95
+                                              for c in out["checks"]),
         "prediction_within_5pct": all(abs(c[w]["error"]) <= 0.05 for c in out["checks"] for w in ("planned", "uniform")),
         "dp_speedup_prediction_within_5pct_interleaved": all(abs(c["interleaved"]["error"]) <= 0.05
                                                              for c in out["checks"] if "interleaved" in c)}
