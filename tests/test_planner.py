@@ -208,6 +208,12 @@ def test_written_cell_is_a_sweep_file_the_harness_runs(tmp_path):
     par = cell.config["parallel"]
     assert (par["pp"], par["pp_split"], par["microbatches"], cell.config["ranks"]) == (2, "4,2", 4, 2)
     assert "rank 0: b, rank 1: a" in f.read_text()
+    # two replicas of a two-stage pipeline on four ranks: the mesh is (pp, dp), so ranks 0-1 run stage 0
+    plan = {**plan, "devices": ["a", "a", "b", "b"], "replicas": 2}
+    f.write_text(_cell(plan, "lm", "small", 8))
+    (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if not c.is_baseline]
+    assert (cell.config["parallel"]["pp"], cell.config["ranks"]) == (2, 4)
+    assert "rank 0: b, rank 1: b, rank 2: a, rank 3: a" in f.read_text()
 
 
 def test_rank_cpu_quota_throttles_for_real_and_removes_its_group():

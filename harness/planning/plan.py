@@ -63,7 +63,9 @@ def _cell(p: dict, workload: str, size: str, batch: int) -> str:
         split = ",".join(map(str, p["pp_split"]))
         par = (f'{{pp: {len(p["pp_split"])}, pp_schedule: {p["schedule"]}, microbatches: {p["microbatches"]}, '
                f'pp_split: "{split}"}}')
-        ranks, order = len(p["devices"]), p["stage_order"]
+        # the mesh is (pp, dp, ...): rank r runs stage r // replicas, so its device is that stage's kind
+        ranks = len(p["devices"])
+        order = [p["stage_order"][r // p.get("replicas", 1)] for r in range(ranks)]
     return (f"# written by `harness plan` at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: run it with\n"
             f"# `make parallel SWEEP_PARALLEL=<this file>`, each rank on its device: "
             f"{', '.join(f'rank {r}: {k}' for r, k in enumerate(order))}\n"

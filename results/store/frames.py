@@ -234,7 +234,7 @@ def refresh(tracking_uri: str, path: Path) -> int:
     since = at - REFRESH_MARGIN_S
     new = database_rows(tracking_uri, "SELECT COUNT(*) FROM latest_metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
                         "WHERE m.key = %s AND m.value >= %s AND r.lifecycle_stage = 'active'", (INGESTED_AT, since))
-    if new is not None and new[0][0] == 0:  # a database with nothing new: no MLflow search at all
+    if new is not None and (not new or new[0][0] == 0):  # a database with nothing new: no MLflow search at all
         mark_built(path, key, t0)
         return 0
     rows = _search(tracking_uri, EXPERIMENT, f" and metrics.{INGESTED_AT} >= {since:.3f}")

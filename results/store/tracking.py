@@ -78,8 +78,12 @@ def database_rows(uri: str, sql: str, params: tuple = ()) -> list[tuple] | None:
     through MLflow's API."""
     if not uri.startswith("postgresql"):
         return None
+    import psycopg
     with _pg_connect(uri) as con:
-        return con.execute(sql, params).fetchall()
+        try:
+            return con.execute(sql, params).fetchall()
+        except psycopg.errors.UndefinedTable:  # a database MLflow has not set up yet: nothing in it
+            return []
 
 
 def default_tracking_uri(results_root: Path) -> str:
