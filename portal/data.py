@@ -178,17 +178,23 @@ def sweep_runs(uri: str, sweeps: tuple[str, ...]) -> pd.DataFrame:
 def sweeps_or_stop() -> pd.DataFrame:
     """The store's sweep table, or the empty state (and stop) when it holds no run: a first page
     that reads only the sweeps it shows (Overview) starts here instead of load_or_stop."""
+    return _read_or_stop(sweep_table)
+
+
+def _read_or_stop(read) -> pd.DataFrame:
+    """read(tracking URI) behind the Refresh buttons; an unreachable store shown (not raised) and
+    an empty one shown as the empty state, each stopping the page."""
     refresh_button()
     try:
-        table = sweep_table(tracking_uri())
+        frame = read(tracking_uri())
     except Exception as e:  # noqa: BLE001 - an unreachable store is shown, not raised
         st.warning("The MLflow store could not be read:")
         st.code(f"{tracking_uri()}\n{type(e).__name__}: {e}", language=None)
         st.stop()
-    if table.empty:
+    if frame.empty:
         empty_state()
         st.stop()
-    return table
+    return frame
 
 
 def run_labels(df: pd.DataFrame) -> list[str]:
@@ -211,17 +217,7 @@ def empty_state() -> None:
 
 def load_or_stop() -> pd.DataFrame:
     """The runs frame, or the empty state (and stop) when there is nothing to show."""
-    refresh_button()
-    try:
-        df = runs(tracking_uri())
-    except Exception as e:  # noqa: BLE001 - an unreachable store is shown, not raised
-        st.warning("The MLflow store could not be read:")
-        st.code(f"{tracking_uri()}\n{type(e).__name__}: {e}", language=None)
-        st.stop()
-    if df.empty:
-        empty_state()
-        st.stop()
-    return df
+    return _read_or_stop(runs)
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner="Comparing commits")
