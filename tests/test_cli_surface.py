@@ -20,8 +20,9 @@ FROZEN = {
     "cell": ["cells", "index"],
     "calibrate": ["--file", "--trials"],
     # the collectives benchmark is not a RunConfig run: its flags are nccl-tests' own (-b -e -f -n -w -c)
+    # (--via host: the host relay between vendors, which the planner issue names `harness comm --via host`)
     "comm": ["--backends", "--check", "--collectives", "--dtypes", "--iters", "--maxbytes", "--minbytes", "--no-ingest",
-             "--stepfactor", "--warmup-iters"],
+             "--stepfactor", "--via", "--warmup-iters"],
     # the planner's two commands are not RunConfig runs either: a profile of this device, and a plan
     # from an inventory file (the issue names these flags)
     "profile": ["--cell-s", "--cpus", "--microbatches", "--repeats", "--size", "--threads", "workload"],
