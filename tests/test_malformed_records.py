@@ -140,11 +140,25 @@ def test_any_json_in_any_record_file_is_a_record_or_a_record_error(tmp_path_fact
     if summary is not None:
         (d / "summary.json").write_text(json.dumps(summary))
     (d / "metrics.jsonl").write_bytes(raw)
+    not_a_run = False
     try:
         rec = schema.read_record(d, with_metrics=True)
     except schema.RecordError as e:
         assert str(e).startswith("r: ")
     else:
         assert isinstance(rec["config"], dict) and isinstance(rec["summary"], dict)
+        not_a_run = rec["config"].get("kind", "run") != "run"  # a valid collectives record: not a run
     df = report.records_frame(d.parent)  # never raises: a bad record is a 'broken' row
-    assert len(df) == 1
+    assert len(df) == (0 if not_a_run else 1)
+
+
+def test_a_collectives_record_among_the_runs_is_not_read_as_a_run(tmp_path):
+    """Found by the fuzz above: a valid `kind: comm` record (no device, variant, workload) in runs/
+    made records_frame raise KeyError; it is left out, as load_runs leaves it out (kind = run)."""
+    d = tmp_path / "runs" / "c"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"run_id": "c", "kind": "comm"}))
+    (d / "env.json").write_text("{}")
+    (d / "status.json").write_text(json.dumps({"status": "finished", "started": 1.0, "ended": 2.0}))
+    assert schema.read_record(d)["config"]["kind"] == "comm"
+    assert report.records_frame(tmp_path / "runs").empty

@@ -30,6 +30,8 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
             rows.append({"run_id": d.name, "status": "broken", "reason": problem, "record_dir": str(d)})
             continue
         cfg = rec["config"]
+        if cfg.get("kind", "run") != "run":  # a collectives or profile record is not a training run
+            continue                          # (load_runs leaves them out too: its filter is kind = run)
         row = {"run_id": cfg["run_id"], "variant": cfg["variant"], "workload": cfg["workload"],
                "size": cfg["size"], "device": cfg["device"], "sweep": cfg.get("sweep", ""),
                "repeat": cfg.get("repeat", 0), "status": rec["status"]["status"],
@@ -37,8 +39,9 @@ def records_frame(runs_root: Path) -> pd.DataFrame:
                "git_sha": rec["env"].get("git_sha"), "git_dirty": rec["env"].get("git_dirty"),
                "host": rec["env"].get("hostname"),
                "started": pd.to_datetime(rec["status"]["started"], unit="s", utc=True)}  # UTC, as load_runs
-        row.update({f"toggles.{k}": str(v) for k, v in cfg["toggles"].items()})
-        row.update({f"parallel.{k}": str(v) for k, v in cfg.get("parallel", {}).items()})
+        for section in ("toggles", "parallel"):  # optional in the schema; anything but a mapping adds nothing
+            part = cfg.get(section)
+            row.update({f"{section}.{k}": str(v) for k, v in part.items()} if isinstance(part, dict) else {})
         row["ranks"] = cfg.get("ranks", 1)
         row.update({k: v for k, v in rec["summary"].items() if isinstance(v, (int, float))})
         rows.append(row)
