@@ -1,0 +1,176 @@
+"""Pipelines over unequal devices: stages of every kind in the inventory's proportions, the blocks
+split by dynamic programming to minimise the slowest stage within memory (recomputing where it
+must), every stage order and microbatch count simulated (results/analysis/schedule.py), sends
+between unlike libraries over the host relay."""
+from __future__ import annotations
+
+import math
+from functools import reduce
+from itertools import permutations
+
+from results.analysis.schedule import StageCost, min_max_split, simulate
+from results.planner.inventory import Inventory, PlanError, relay_between
+from results.planner.layer_costs import Costs
+from results.planner.links import LinkModel
+from results.planner.utilization import utilization
+
+
+def _inflight(schedule: str, s: int, p: int, m: int) -> int:
+    """Microbatches whose activations stage s holds at once: all of them under GPipe; P - s
+    under 1F1B (its warm-up forwards plus the one in flight)."""
+    return m if schedule == "gpipe" else min(p - s, m)
+
+
+def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, inflight: int, memory: float) -> dict | None:
+    """One stage's time per microbatch and memory, recomputing its blocks if it must; None if it
+    cannot fit even then."""
+    fwd = blocks * c.fwd("block", b) + (c.fwd("embedding", b) if first else 0) + (c.fwd("head", b) if last else 0)
+    bwd = blocks * c.bwd("block", b) + (c.bwd("embedding", b) if first else 0) + (c.bwd("head", b) if last else 0)
+    params = blocks * c.params["block"] + (c.params["embedding"] if first else 0) + (c.params["head"] if last else 0)
+    ends = (c.saved("embedding", b) if first else 0) + (c.saved("head", b) if last else 0)
+    state = params * c.state_bytes_per_param
+    mem = state + inflight * (blocks * c.saved("block", b) + ends)
+    recompute = False
+    if mem > memory:  # full recomputation: keep each block's input only, run its forward again in backward
+        mem = state + inflight * (blocks * c.recompute_per_sample * b + ends) + c.saved("block", b)
+        bwd += blocks * c.recompute_s(b)  # measured by the profile where it has it (layer_costs.py)
+        recompute = True
+    if mem > memory:
+        return None
+    return {"blocks": blocks, "fwd_s": fwd, "bwd_s": bwd, "params": params, "mem_bytes": mem, "recompute": recompute}
+
+
+def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, float], b: int, m: int,
+                 schedule: str) -> list[dict] | None:
+    """Blocks per stage minimising the slowest stage's fwd+bwd per microbatch (dynamic
+    programming over (stage, blocks so far)), every stage >= 1 block and within memory."""
+    p, n = len(kinds), costs[kinds[0]].n_blocks
+
+    def seconds(s: int, blocks: int) -> float:
+        st = _stage(costs[kinds[s]], blocks, s == 0, s == p - 1, b, _inflight(schedule, s, p, m), memory[kinds[s]])
+        return math.inf if st is None else st["fwd_s"] + st["bwd_s"]
+    split = min_max_split(n, p, seconds)  # the one split search (results/analysis/schedule.py)
+    return None if split is None else stages_for(kinds, costs, memory, split, b, m, schedule)
+
+
+def stages_for(kinds, costs, memory, split, b, m, schedule) -> list[dict] | None:
+    p = len(kinds)
+    out = []
+    for s, (k, c) in enumerate(zip(kinds, split)):
+        st = _stage(costs[k], c, s == 0, s == p - 1, b, _inflight(schedule, s, p, m), memory[k])
+        if st is None:
+            return None
+        out.append({"kind": k, **st})
+    return out
+
+
+def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str,
+                relay=lambda a, b: False) -> dict:
+    """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
+    host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
+    between the first and last stage). A stage's data-parallel all-reduce stays among its own kind."""
+    sc = []
+    last = len(stages) - 1
+    for s, st in enumerate(stages):
+        c = costs[st["kind"]]
+        reduce_s = links.all_reduce_s(st["params"] * c.grad_bytes_per_param, dp)
+        if c.tied_params and len(stages) > 1 and s in (0, last):  # tied embedding / head copies
+            reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2,
+                                           relay(stages[0]["kind"], stages[last]["kind"]))
+        nxt = relay(st["kind"], stages[s + 1]["kind"]) if s < last else False
+        sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b, nxt), reduce_s,
+                            c.optimizer_s_per_param * st["params"]))
+    return simulate(schedule, sc, m)
+
+
+def _relay_fn(inv: Inventory):
+    by = {d.kind: d for d in inv.devices}
+    return lambda a, b: relay_between(by[a], by[b])
+
+
+def _m_candidates(per_replica: int, p: int, schedule: str) -> list[int]:
+    ms = [m for m in range(1, per_replica + 1) if per_replica % m == 0 and (schedule == "gpipe" or m >= p)]
+    return ms[-8:] if len(ms) > 8 else ms  # the most microbatches (smallest bubble) are the candidates
+
+
+ALL_ORDERS_UP_TO = 5  # kinds: every stage order (5! = 120); beyond, a few orders that put speed or memory first
+
+
+def _orders(per: dict[str, int], inv: Inventory, costs: dict[str, Costs]) -> list[tuple[str, ...]]:
+    """Stage orders of the device kinds to try: every permutation for a few kinds, else the
+    inventory's order, fastest first, slowest first, most memory first (8 kinds would be 40,320
+    orders, each a split search per microbatch count)."""
+    kinds = tuple(per)
+    if len(kinds) <= ALL_ORDERS_UP_TO:
+        return list(permutations(kinds))
+    speed = {k: costs[k].sample_s(1) for k in kinds}
+    memory = {d.kind: d.memory_bytes for d in inv.devices}
+    found = [kinds, tuple(sorted(kinds, key=speed.get)), tuple(sorted(kinds, key=speed.get, reverse=True)),
+             tuple(sorted(kinds, key=memory.get, reverse=True))]
+    return list(dict.fromkeys(found))
+
+
+def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str,
+            depth: int = 1) -> dict:
+    """Pipelines of `depth` x the smallest group with every kind in the inventory's proportions
+    (gcd(counts) / depth replicas, data-parallel): depth 1 is the most replicas, each the shortest
+    pipeline; a deeper one holds a model too big for the short one, or trades the replicas'
+    all-reduce for a longer pipeline's bubble."""
+    g0 = reduce(math.gcd, (d.count for d in inv.devices))
+    if depth < 1 or g0 % depth:
+        raise PlanError(f"pipeline depth factor {depth} must divide gcd(counts) = {g0}")
+    g = g0 // depth
+    per = {d.kind: d.count // g0 * depth for d in inv.devices}
+    p = sum(per.values())
+    n = costs[inv.devices[0].kind].n_blocks
+    if p > n:
+        raise PlanError(f"a pipeline of {p} stages ({'+'.join(f'{v} {k}' for k, v in per.items())}) has more stages "
+                        f"than the model's {n} blocks")
+    if batch < g or batch % g:
+        raise PlanError(f"global batch {batch} must be a multiple of the {g} pipeline replicas (data-parallel ranks)")
+    per_replica = batch // g
+    ms = _m_candidates(per_replica, p, schedule)
+    if not ms:
+        raise PlanError(f"per-replica batch {per_replica} has no microbatch count >= {p} stages ({schedule} needs "
+                        f"M >= P); raise --global-batch or use --schedule gpipe")
+    memory = {d.kind: d.memory_bytes for d in inv.devices}
+    devices = [d.kind for d in inv.devices for _ in range(d.count)]
+    relay = _relay_fn(inv)
+    best = None
+    for order in _orders(per, inv, costs):
+        kinds = [k for k in order for _ in range(per[k])]
+        for m in ms:
+            b = per_replica // m
+            stages = split_blocks(kinds, costs, memory, b, m, schedule)
+            if stages is None:
+                continue
+            sim = _pp_predict(stages, costs, links, b, m, g, schedule, relay)
+            if best is None or sim["step_s"] < best[0]["step_s"]:
+                best = (sim, stages, m, list(kinds))
+    if best is None:
+        small = min(inv.devices, key=lambda d: d.memory_bytes)
+        raise PlanError(f"no split fits: device {small.kind} ({small.memory_bytes / 1e9:g} GB) is too small for any "
+                        f"stage even with recomputation")
+    sim, stages, m, kinds = best
+    b = per_replica // m
+    out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
+           "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,
+           "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
+    out["predicted"] = _pp_figures(sim, batch, devices, costs)
+    q, r = divmod(n, p)
+    even = [q + (1 if i < r else 0) for i in range(p)]
+    uniform_kinds = [d.kind for d in inv.devices for _ in range(per[d.kind])]
+    ust = stages_for(uniform_kinds, costs, memory, even, b, m, schedule)  # recomputing where it must
+    fits = ust is not None
+    if not fits:  # what it would take with memory to spare, marked as not fitting
+        ust = stages_for(uniform_kinds, costs, {k: math.inf for k in memory}, even, b, m, schedule)
+    usim = _pp_predict(ust, costs, links, b, m, g, schedule, relay)
+    out["uniform"] = {"pp_split": even, "stage_order": uniform_kinds, "microbatches": m, "stages": ust,
+                      "predicted": {**_pp_figures(usim, batch, devices, costs), "fits_memory": fits}}
+    out["predicted"]["fits_memory"] = True
+    return out
+
+
+def _pp_figures(sim: dict, batch: int, devices, costs) -> dict:
+    return {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"], "bubble": sim["bubble"],
+            "pipeline_s": sim["pipeline_s"], "utilization": utilization(batch / sim["step_s"], devices, costs, batch)}
