@@ -80,4 +80,9 @@ def test_planner_page_in_chromium(planner_store):
         # the plan's heading its batch and devices
         assert "pp, lm/llama2-70b, global batch 6400, 1600 devices" in body
         assert "1.35x the throughput; simulator error -3.8% (planned), +2.9% (uniform); utilization 0.950 measured" in body
+        # Planner II: the strategies compared, why the chosen one wins, each kind alone, both utilizations
+        plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
+        assert f"Why this plan: {plan['why']}" in body
+        assert "The strategies compared" in body and "Each kind on its own" in body
+        assert "Utilization (seed), as HETHUB counts it" in body
         browser.close()

@@ -38,7 +38,7 @@ def _store(backend: str, n: int) -> tuple[str, Path, dict]:
     else:
         from results.store import postgres
         uri = postgres.uri().rsplit("/", 1)[0] + f"/harness_scale_{n}"
-    if done.exists() and _holds(uri, n):
+    if done.exists() and _holds(uri):
         return uri, root, json.loads(done.read_text())
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -59,7 +59,7 @@ def _store(backend: str, n: int) -> tuple[str, Path, dict]:
     return uri, root, built
 
 
-def _holds(uri: str, n: int) -> bool:
+def _holds(uri: str) -> bool:
     """The store at `uri` answers and has its experiment (a database dropped since is rebuilt)."""
     try:
         from results.store.tracking import EXPERIMENT, client
