@@ -107,3 +107,26 @@ def test_pipeline_boundaries_between_unlike_libraries_take_the_relay(tmp_path):
     dp = planner.plan(unlike, costs, LinkModel(est, tmp_path), 8, "dp")
     assert dp["host_relay"] is True and dp["predicted"]["reduce_s"] > planner.plan(
         same, costs, LinkModel(est, tmp_path), 8, "dp")["predicted"]["reduce_s"]
+
+
+# -- branch and bound: a candidate is simulated only if its bound could beat the best -------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_stage = st.builds(step_sim.StageCost, st.floats(0.01, 5), st.floats(0.01, 5), st.floats(0, 1), st.floats(0, 2),
+                   st.floats(0, 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_stage, min_size=1, max_size=6), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]))
+def test_the_pipeline_lower_bound_never_exceeds_the_simulated_step(stages, m, schedule):
+    """If the bound ever exceeded a simulated step, pp_plan could prune the best candidate."""
+    from results.planner.pipeline_plan import lower_bound
+    if schedule == "1f1b" and m < len(stages):
+        m = len(stages)
+    assert lower_bound(stages, m) <= step_sim.simulate(schedule, stages, m)["step_s"] * (1 + 1e-9)
+
+
+def test_the_lower_bound_is_tight_for_one_stage():
+    from results.planner.pipeline_plan import lower_bound
+    c = step_sim.StageCost(1.0, 2.0, 0.0, 0.5, 0.25)
+    assert lower_bound([c], 4) == pytest.approx(step_sim.simulate("1f1b", [c], 4)["step_s"]) == pytest.approx(12.75)

@@ -69,6 +69,26 @@ def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp:
     """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
     host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
     between the first and last stage). A stage's data-parallel all-reduce stays among its own kind."""
+    return simulate(schedule, _stage_costs(stages, costs, links, b, dp, relay), m)
+
+
+def lower_bound(sc: list[StageCost], m: int) -> float:
+    """A step no schedule of these stages can beat (branch and bound: a candidate whose bound is
+    above the best simulated step is not simulated). Stage s's m forwards and backwards run one
+    after another, its first forward cannot start before the stages ahead have done theirs
+    (and sent), and after its last backward the gradient still goes back through every stage
+    ahead before stage 0 reduces and steps; every stage's own m (f + b) + reduce + optimizer."""
+    ahead_f = ahead_b = 0.0
+    chain = 0.0
+    for c in sc:
+        chain = max(chain, ahead_f + m * (c.fwd_s + c.bwd_s) + ahead_b)
+        ahead_f += c.fwd_s + c.send_s
+        ahead_b += c.bwd_s + c.send_s
+    own = max(m * (c.fwd_s + c.bwd_s) + c.reduce_s + c.optimizer_s for c in sc)
+    return max(own, chain + sc[0].reduce_s + sc[0].optimizer_s)
+
+
+def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, relay) -> list[StageCost]:
     sc = []
     last = len(stages) - 1
     for s, st in enumerate(stages):
@@ -80,7 +100,7 @@ def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp:
         nxt = relay(st["kind"], stages[s + 1]["kind"]) if s < last else False
         sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b, nxt), reduce_s,
                             c.optimizer_s_per_param * st["params"]))
-    return simulate(schedule, sc, m)
+    return sc
 
 
 def _relay_fn(inv: Inventory):
@@ -136,17 +156,21 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     memory = {d.kind: d.memory_bytes for d in inv.devices}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
     relay = _relay_fn(inv)
-    best = None
+    best, found = None, []
     for order in _orders(per, inv, costs):
         kinds = [k for k in order for _ in range(per[k])]
         for m in ms:
             b = per_replica // m
             stages = split_blocks(kinds, costs, memory, b, m, schedule)
-            if stages is None:
-                continue
-            sim = _pp_predict(stages, costs, links, b, m, g, schedule, relay)
-            if best is None or sim["step_s"] < best[0]["step_s"]:
-                best = (sim, stages, m, list(kinds))
+            if stages is not None:
+                sc = _stage_costs(stages, costs, links, b, g, relay)
+                found.append((lower_bound(sc, m), len(found), sc, stages, m, kinds))
+    for lb, _, sc, stages, m, kinds in sorted(found, key=lambda f: f[:2]):  # the most promising first
+        if best is not None and lb >= best[0]["step_s"]:
+            break  # no candidate left can beat the best simulated step
+        sim = simulate(schedule, sc, m)
+        if best is None or sim["step_s"] < best[0]["step_s"]:
+            best = (sim, stages, m, list(kinds))
     if best is None:
         small = min(inv.devices, key=lambda d: d.memory_bytes)
         raise PlanError(f"no split fits: device {small.kind} ({small.memory_bytes / 1e9:g} GB) is too small for any "
