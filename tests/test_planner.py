@@ -127,8 +127,15 @@ def test_bad_inventory_is_one_line_exit_2(text, fragment, env, tmp_path):
     assert fragment in p.stderr
 
 
-def test_three_vendor_what_if_is_planned_in_seconds_and_labelled_a_simulation(env):
-    p = harness(env, "plan", "--devices", "harness/inventories/three-vendor.yaml", "--size", "llama2-70b",
+def test_three_vendor_what_if_is_planned_in_seconds_and_labelled_a_simulation(env, tmp_path):
+    """The what-if without its nodes (no tensor or context groups): pipelines of the three kinds.
+    tests/test_planner_strategy.py plans it with them."""
+    import yaml
+    inv = yaml.safe_load(Path("harness/inventories/three-vendor.yaml").read_text())
+    for d in inv["devices"]:
+        d.pop("node_size"), d.pop("node_busbw_gb_per_s")
+    (tmp_path / "flat.yaml").write_text(yaml.safe_dump(inv))
+    p = harness(env, "plan", "--devices", str(tmp_path / "flat.yaml"), "--size", "llama2-70b",
                 "--global-batch", "6400", timeout=120)
     assert p.returncode == 0, p.stderr
     assert "SIMULATION" in p.stdout and "ESTIMATE" in p.stdout and "H100: llama2-70b at 388 TFLOP/s" in p.stdout

@@ -45,17 +45,24 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert "dp 2x: planned [8, 4] vs uniform [6, 6]: 1.35x the throughput" in at.text[0].value
     plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
     assert "SIMULATION from estimates" in at.markdown[0].value and "llama2-70b" in at.markdown[0].value
-    stages = at.dataframe[3].value
+    per_kind = at.dataframe[2].value.set_index("device")  # the chosen strategy per kind: its group, its part
+    assert any(m.value == "**The chosen strategy per kind**" for m in at.markdown)
+    assert dict(per_kind["devices"]) == {"H100": 500, "Ascend-910B": 400, "MI250X": 700}
+    for kind, g in plan["groups"].items():
+        assert (per_kind.loc[kind, "tensor parallel"], per_kind.loc[kind, "context parallel"]) == (g["tp"], g["cp"])
+        assert f"stages in each of {plan['replicas']} pipelines" in per_kind.loc[kind, "its part"]
+    stages = at.dataframe[4].value
     assert list(stages["blocks"]) == plan["pp_split"] and list(stages["device"]) == plan["stage_order"]
-    summary = at.dataframe[2].value.set_index("split")
+    summary = at.dataframe[3].value.set_index("split")
     assert summary.loc["planned", "predicted step ms"] == round(1000 * plan["predicted"]["step_s"], 1)
     assert summary.loc["uniform", "predicted step ms"] == round(1000 * plan["uniform"]["predicted"]["step_s"], 1)
     assert summary.loc["planned", "utilization (seed)"] == round(plan["predicted"]["utilization_seed"], 3)
-    cands = at.dataframe[4].value  # the strategies the search compared, the chosen one first
-    assert list(cands["plan"]) == [c["plan"] for c in plan["candidates"]] and cands["plan"].iloc[0].startswith("pp 100 x")
+    cands = at.dataframe[5].value  # the strategies the search compared, the chosen one first
+    assert list(cands["plan"]) == [c["plan"] for c in plan["candidates"]] and cands["plan"].iloc[0].startswith(
+        f"pp {plan['replicas']} x")
     assert list(cands["predicted step ms"]) == [round(1000 * c["step_s"], 1) for c in plan["candidates"]]
     assert any(m.value == f"Why this plan: {plan['why']}" for m in at.markdown)
-    alone = at.dataframe[5].value.set_index("device")
+    alone = at.dataframe[6].value.set_index("device")
     assert set(alone.index) == {"H100", "Ascend-910B", "MI250X"}
     assert alone.loc["H100", "samples/s alone"] == round(plan["homogeneous"]["H100"]["samples_per_s"], 2)
 
@@ -84,5 +91,6 @@ def test_planner_page_in_chromium(planner_store):
         plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
         assert f"Why this plan: {plan['why']}" in body
         assert "The strategies compared" in body and "Each kind on its own" in body
+        assert "The chosen strategy per kind" in body
         assert "Utilization (seed), as HETHUB counts it" in body
         browser.close()

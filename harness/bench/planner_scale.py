@@ -2,7 +2,8 @@
 in-process on estimated costs (no run). 1,000 to 10,000 devices of three kinds (the what-if
 inventory's H100 / Ascend 910B / MI250X mix) and the worst shape for a per-kind search: every
 device its own kind. Each size planned with --strategy dp and with --strategy auto (data parallel and
-pipelines of every depth, and each kind's own best homogeneous job for the seed utilization).
+pipelines of every depth, tensor and context parallel groups inside each kind's nodes, data
+parallel over each kind's own job, and each kind's own best homogeneous job for the seed utilization).
 Targets: 10,000 devices planned in under 5 s (dp; the split by trimming one sample at a time took
 57 s for 10,000 devices and 223 s for 10,000 one-device kinds), and 10,000 devices of 3 kinds with
 auto in under 10 s."""
@@ -15,7 +16,8 @@ from results.planner import inventory as inv_mod
 from results.planner import search
 from results.planner.links import LinkModel
 
-KINDS = (("H100", 80, 969), ("Ascend-910B", 64, 256), ("MI250X", 128, 383))
+# kind, memory GB, peak TFLOPS, devices per node, node busbw GB/s (three-vendor.yaml's figures)
+KINDS = (("H100", 80, 969, 8, 370), ("Ascend-910B", 64, 256, 8, 150), ("MI250X", 128, 383, 4, 100))
 TARGET_S = 5.0
 AUTO_TARGET_S = 10.0
 
@@ -27,8 +29,8 @@ def _inventory(devices: int, one_kind_each: bool) -> inv_mod.Inventory:
     else:
         share = [devices * 4 // 10, devices * 3 // 10]
         share.append(devices - sum(share))
-        rows = [{"kind": k, "count": n, "memory_gb": m, "peak_tflops": p, "efficiency": 0.4}
-                for (k, m, p), n in zip(KINDS, share)]
+        rows = [{"kind": k, "count": n, "memory_gb": m, "peak_tflops": p, "efficiency": 0.4, "node_size": node,
+                 "node_busbw_gb_per_s": bw} for (k, m, p, node, bw), n in zip(KINDS, share)]
     return inv_mod.parse({"devices": rows, "links": {"busbw_gb_per_s": 25, "latency_us": 10}}, "planner_scale")
 
 

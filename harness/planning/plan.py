@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from functools import reduce
 from pathlib import Path
@@ -55,6 +56,18 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
     return out
 
 
+def _not_runnable(p: dict) -> str | None:
+    """Why the harness cannot run this plan as one sweep cell yet, or None."""
+    if p["strategy"] == "kinds":
+        return "each kind runs its own job (a job per kind and a cross-kind all-reduce): not one sweep cell"
+    if p.get("groups"):
+        groups = ", ".join(f"{k} tp{g['tp']} cp{g['cp']}" for k, g in p["groups"].items())
+        return (f"tensor/context groups ({groups}) "
+                f"beside {'a batch split' if p['strategy'] == 'dp' else 'pipeline stages of other kinds'}: the sweep's "
+                f"parallel keys hold one tp and cp for every rank")
+    return None
+
+
 def _cell(p: dict, workload: str, size: str, batch: int) -> str:
     if p["strategy"] == "dp":
         par = f'{{data: ddp, batch_split: "{",".join(map(str, p["batch_split"]))}"}}'
@@ -97,7 +110,17 @@ def _lines(p: dict) -> list[str]:
         (f"; links {p['links']}" if p["links"].startswith("ESTIMATE") else "") + ")" if p["estimate"] else \
         "from measured profiles and links"
     out = [f"plan ({p['strategy']}, global batch {p['global_batch']}, {len(p['devices'])} devices): {head}"]
-    if p["strategy"] == "dp":
+    for r in plan_report.per_kind_frame(p).to_dict("records"):
+        g = "".join(f" {n}{r[c]}" for n, c in (("tp", "tensor parallel"), ("cp", "context parallel")) if r[c] > 1)
+        out.append(f"  {r['device']} x{r['devices']}{g}: {r['its part']}")
+    if p["strategy"] == "kinds":
+        pr = p["predicted"]
+        for k, j in p["jobs"].items():
+            out.append(f"  {k}: {j['global_batch']} samples a step, {1e3 * j['step_s']:.1f} ms "
+                       f"(uniform share {p['uniform']['jobs'][k]})")
+        out.append(f"  then the kinds all-reduce their gradients: {1e3 * pr['cross_reduce_s']:.1f} ms"
+                   f"{' over the host relay' if p['host_relay'] else ''}")
+    elif p["strategy"] == "dp":
         out.append(f"  batch split  {_split_text(p['devices'], p['batch_split'])}   (uniform: "
                    f"{_split_text(p['devices'], p['uniform']['batch_split'])})")
     else:
@@ -152,6 +175,11 @@ def main(devices: str, workload: str, size: str, batch: int, strategy: str, sche
     path.write_text(json.dumps(p, indent=1, default=str))
     print(f"plan: {path}")
     if cell:
+        why = _not_runnable(p)
+        if why:
+            print(f"harness: cell not written: {why}; plan with --strategy dp or pp, or an inventory without "
+                  f"node_size, for a runnable cell", file=sys.stderr)
+            return 2
         Path(cell).write_text(_cell(p, workload, size, batch))
         print(f"cell: {cell}")
     return 0

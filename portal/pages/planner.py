@@ -52,6 +52,8 @@ if plans:
     st.markdown(f"**{plan['strategy']}**, {plan.get('workload')}/{plan.get('size')}, global batch "
                 f"{plan['global_batch']}, {len(plan['devices'])} devices: {kind}")
     st.dataframe(plan_report.inventory_frame(plan), hide_index=True, width="stretch")
+    st.markdown("**The chosen strategy per kind**")
+    st.dataframe(plan_report.per_kind_frame(plan), hide_index=True, width="stretch")
     st.dataframe(plan_report.plan_summary(plan), hide_index=True, width="stretch")
     st.dataframe(plan_report.plan_table(plan), hide_index=True, width="stretch")
     cands = plan_report.candidates_frame(plan)

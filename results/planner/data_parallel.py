@@ -74,7 +74,9 @@ def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, 
     compute = [costs[k].sample_s(b) * b for k, b in zip(devices, shares)]
     n = len(devices)
     reduce_s = links.all_reduce_s(c0.total_params * c0.grad_bytes_per_param, n, relay)
-    opt = [costs[k].optimizer_s_per_param * costs[k].total_params for k in devices]
+    # the optimizer step, after the reduction inside a device's group (context parallel's) where it has one
+    opt = [costs[k].optimizer_s_per_param * costs[k].total_params + costs[k].group_reduce_s(costs[k].total_params)
+           for k in devices]
     if not overlap or n == 1:
         return data_parallel_step(compute, reduce_s, opt)
 
@@ -82,8 +84,8 @@ def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, 
         return c.n_blocks * f(c, "block", b) + f(c, "embedding", b) + f(c, "head", b)
     g = c0.grad_bytes_per_param
     layers = [c0.params["head"] * g] + [c0.params["block"] * g] * c0.n_blocks + [c0.params["embedding"] * g]
-    ov = Overlap([phase(costs[k], b, Costs.fwd) for k, b in zip(devices, shares)],
-                 [phase(costs[k], b, Costs.bwd) for k, b in zip(devices, shares)],
+    ov = Overlap([phase(costs[k], b, lambda c, kind, n: c.fwd(kind, n)) for k, b in zip(devices, shares)],
+                 [phase(costs[k], b, lambda c, kind, n: c.bwd(kind, n)) for k, b in zip(devices, shares)],
                  ddp_buckets(layers), lambda nbytes: links.all_reduce_s(nbytes, n, relay))
     out = data_parallel_step(compute, reduce_s, opt, ov)
     out["reduce_s"] = reduce_s  # the whole all-reduce, as if not overlapped; exposed_reduce_s is what shows

@@ -12,6 +12,10 @@
         efficiency: 0.45         # ... times an assumed efficiency: an ESTIMATE, said so in every plan
         library: nccl            # its collective library (optional): kinds whose libraries differ share
                                  #   no native path, so their traffic takes the host relay (below)
+        node_size: 8             # devices per node (optional, default 1): tensor and context parallel
+                                 #   groups are searched within a node (results/planner/within_stage.py)
+        node_busbw_gb_per_s: 370 # the node's collective bus bandwidth (optional, an estimate, e.g.
+                                 #   NVLink4's ring all-reduce); without it, the links below
     links:                       # how long collectives and sends take between the devices
       collectives: measured      # the newest collectives records under results/comm (busbw and
       backend: gloo              #   latency by size: harness comm), or an estimate:
@@ -32,7 +36,8 @@ from pathlib import Path
 from results.record import schema
 
 MAX_BYTES = 1 << 20  # an inventory is a few lines; refuse anything that could be an alias bomb
-DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency", "library")
+DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency", "library", "node_size",
+                 "node_busbw_gb_per_s")
 LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us", "pcie_gb_per_s")
 TOP_FIELDS = ("devices", "links", "optimizer_sharded")
 
@@ -50,6 +55,8 @@ class DeviceKind:
     peak_flop_s: float | None = None  # vendor peak x assumed efficiency (an estimate)
     efficiency: float | None = None
     library: str | None = None       # collective library; None: shares one with every kind
+    node_size: int = 1               # devices per node: tensor/context groups stay inside one
+    node_busbw_gb_per_s: float | None = None  # the node's bus bandwidth (estimate); None: the inventory's links
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,15 @@ def _library(where: str, dev: dict) -> str | None:
     return lib
 
 
+def _node(where: str, dev: dict) -> dict:
+    out = {}
+    if "node_size" in dev:
+        out["node_size"] = int(_positive(where, "node_size", dev["node_size"], integer=True))
+    if "node_busbw_gb_per_s" in dev:
+        out["node_busbw_gb_per_s"] = _positive(where, "node_busbw_gb_per_s", dev["node_busbw_gb_per_s"])
+    return out
+
+
 def relay_between(a: DeviceKind, b: DeviceKind) -> bool:
     """Whether traffic between these kinds takes the host relay: both name a collective library
     and the libraries differ (a kind naming none is taken to share the other's)."""
@@ -121,14 +137,15 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
             path = path if path.is_absolute() or base is None else base / path
             if not (path / schema.SUMMARY).exists():
                 raise PlanError(f"{where}: profile {dev['profile']} is not a profile record (harness profile writes them)")
-            devices.append(DeviceKind(dev["kind"], count, mem, profile=path, library=_library(where, dev)))
+            devices.append(DeviceKind(dev["kind"], count, mem, profile=path, library=_library(where, dev),
+                                      **_node(where, dev)))
         else:
             peak = _positive(where, "peak_tflops", dev.get("peak_tflops"))
             eff = _positive(where, "efficiency", dev.get("efficiency"))
             if eff > 1:
                 raise PlanError(f"{where}: efficiency is a fraction of peak (0 < e <= 1); got {eff}")
             devices.append(DeviceKind(dev["kind"], count, mem, peak_flop_s=peak * 1e12 * eff, efficiency=eff,
-                                      library=_library(where, dev)))
+                                      library=_library(where, dev), **_node(where, dev)))
     if len({dv.kind for dv in devices}) != len(devices):
         raise PlanError(f"{source}: device kinds must be distinct")
     links = d.get("links") or {"collectives": "measured"}

@@ -63,7 +63,8 @@ class Costs:
                  times: dict[str, dict[str, list[tuple[int, float]]]] | None = None,
                  saved_per_sample: dict[str, float] | None = None, recompute_per_sample: float = 0.0,
                  flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
-                 measured: bool = True, source: str = "", tied_params: int = 0, model: str = ""):
+                 measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
+                 kv_bytes_per_sample: float | None = None, kv_heads: int | None = None):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -73,6 +74,9 @@ class Costs:
         self.measured, self.source = measured, source
         self.tied_params = tied_params  # a weight shared by the first and last stage (LM: embedding = head)
         self.model = model  # "workload/size" a profile measured ("" for a what-if shape)
+        # one block's K and V for one sample (context parallel gathers them); multi-head: 2 x the boundary
+        self.kv_bytes_per_sample = 2 * boundary_bytes_per_sample if kv_bytes_per_sample is None else kv_bytes_per_sample
+        self.kv_heads = kv_heads  # tensor parallel splits the KV heads: its degree must divide them (None: unknown)
 
     def fwd(self, kind: str, b: float) -> float:
         if self._times is not None:
@@ -98,6 +102,11 @@ class Costs:
 
     def saved(self, kind: str, b: float) -> float:
         return self._saved[kind] * b
+
+    def group_reduce_s(self, params: float) -> float:
+        """Seconds a step spends reducing `params` parameters' gradients inside a device's group
+        (results/planner/within_stage.py: context-parallel ranks hold the same weights); none alone."""
+        return 0.0
 
     def sample_s(self, b: float) -> float:
         """Forward + backward of the whole model, per sample, at microbatch b."""
@@ -136,4 +145,5 @@ def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> C
                  state_bytes_per_param=state, grad_bytes_per_param=2, optimizer_s_per_param=0.0,
                  saved_per_sample={"embedding": 2 * s * h, "block": 34 * s * h, "head": 34 * s * h},
                  recompute_per_sample=2 * s * h, flop_per_sample=flop, flop_s=flop_s, measured=False,
+                 kv_bytes_per_sample=2 * 2 * s * h * shape.n_kv_head // shape.n_head, kv_heads=shape.n_kv_head,
                  source=f"ESTIMATE: {shape.name} at {flop_s / 1e12:.0f} TFLOP/s (vendor peak x assumed efficiency)")

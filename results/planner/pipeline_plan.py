@@ -21,19 +21,30 @@ def _inflight(schedule: str, s: int, p: int, m: int) -> int:
     return m if schedule == "gpipe" else min(p - s, m)
 
 
-def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, inflight: int, memory: float) -> dict | None:
+def _stage_terms(c: Costs, first: bool, last: bool, b: int) -> tuple:
+    """What a stage's time and memory are made of at microbatch b, per block and for its ends
+    (the embedding on the first stage, the head on the last): the cost calls a stage makes, once."""
+    return (c.fwd("block", b), (c.fwd("embedding", b) if first else 0), (c.fwd("head", b) if last else 0),
+            c.bwd("block", b), (c.bwd("embedding", b) if first else 0), (c.bwd("head", b) if last else 0),
+            c.params["block"], (c.params["embedding"] if first else 0), (c.params["head"] if last else 0),
+            (c.saved("embedding", b) if first else 0) + (c.saved("head", b) if last else 0),
+            c.saved("block", b), c.recompute_per_sample * b, c.state_bytes_per_param, c.recompute_s(b))
+
+
+def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, inflight: int, memory: float,
+           terms: tuple | None = None) -> dict | None:
     """One stage's time per microbatch and memory, recomputing its blocks if it must; None if it
-    cannot fit even then."""
-    fwd = blocks * c.fwd("block", b) + (c.fwd("embedding", b) if first else 0) + (c.fwd("head", b) if last else 0)
-    bwd = blocks * c.bwd("block", b) + (c.bwd("embedding", b) if first else 0) + (c.bwd("head", b) if last else 0)
-    params = blocks * c.params["block"] + (c.params["embedding"] if first else 0) + (c.params["head"] if last else 0)
-    ends = (c.saved("embedding", b) if first else 0) + (c.saved("head", b) if last else 0)
-    state = params * c.state_bytes_per_param
-    mem = state + inflight * (blocks * c.saved("block", b) + ends)
+    cannot fit even then. `terms`: _stage_terms(c, first, last, b), when the caller keeps them."""
+    fb, fe, fh, bb, be, bh, pb, pe, ph, ends, saved, kept, per_param, again = terms or _stage_terms(c, first, last, b)
+    fwd = blocks * fb + fe + fh
+    bwd = blocks * bb + be + bh
+    params = blocks * pb + pe + ph
+    state = params * per_param
+    mem = state + inflight * (blocks * saved + ends)
     recompute = False
     if mem > memory:  # full recomputation: keep each block's input only, run its forward again in backward
-        mem = state + inflight * (blocks * c.recompute_per_sample * b + ends) + c.saved("block", b)
-        bwd += blocks * c.recompute_s(b)  # measured by the profile where it has it (layer_costs.py)
+        mem = state + inflight * (blocks * kept + ends) + saved
+        bwd += blocks * again  # c.recompute_s: measured by the profile where it has it (layer_costs.py)
         recompute = True
     if mem > memory:
         return None
@@ -41,14 +52,23 @@ def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, inflight: int
 
 
 def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, float], b: int, m: int,
-                 schedule: str) -> list[dict] | None:
+                 schedule: str, memo: dict | None = None) -> list[dict] | None:
     """Blocks per stage minimising the slowest stage's fwd+bwd per microbatch (dynamic
-    programming over (stage, blocks so far)), every stage >= 1 block and within memory."""
+    programming over (stage, blocks so far)), every stage >= 1 block and within memory. `memo`
+    keeps stage times across the stage orders a search tries (a stage's time depends on its
+    kind, blocks, ends, microbatch and in-flight count, not on where the order puts it)."""
     p, n = len(kinds), costs[kinds[0]].n_blocks
+    memo = {} if memo is None else memo
 
     def seconds(s: int, blocks: int) -> float:
-        st = _stage(costs[kinds[s]], blocks, s == 0, s == p - 1, b, _inflight(schedule, s, p, m), memory[kinds[s]])
-        return math.inf if st is None else st["fwd_s"] + st["bwd_s"]
+        key = (kinds[s], blocks, s == 0, s == p - 1, b, _inflight(schedule, s, p, m))
+        if key not in memo:
+            tk = (kinds[s], key[2], key[3], b)
+            if tk not in memo:
+                memo[tk] = _stage_terms(costs[kinds[s]], key[2], key[3], b)
+            st = _stage(costs[kinds[s]], blocks, key[2], key[3], b, key[5], memory[kinds[s]], memo[tk])
+            memo[key] = math.inf if st is None else st["fwd_s"] + st["bwd_s"]
+        return memo[key]
     split = min_max_split(n, p, seconds)  # the one split search (results/analysis/schedule.py)
     return None if split is None else stages_for(kinds, costs, memory, split, b, m, schedule)
 
@@ -88,12 +108,20 @@ def lower_bound(sc: list[StageCost], m: int) -> float:
     return max(own, chain + sc[0].reduce_s + sc[0].optimizer_s)
 
 
+def _balanced_bound(per: dict[str, int], costs: dict[str, Costs], b: int, m: int) -> float:
+    """A bound before the split: the stages share one model's forward and backward at best in
+    proportion to their speed, 1 / sum(1 / each stage kind's whole-model time); the slowest stage
+    runs m of its share."""
+    whole = {k: costs[k].sample_s(b) * b for k in per}
+    return m / sum(n / whole[k] for k, n in per.items())
+
+
 def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, relay) -> list[StageCost]:
     sc = []
     last = len(stages) - 1
     for s, st in enumerate(stages):
         c = costs[st["kind"]]
-        reduce_s = links.all_reduce_s(st["params"] * c.grad_bytes_per_param, dp)
+        reduce_s = links.all_reduce_s(st["params"] * c.grad_bytes_per_param, dp) + c.group_reduce_s(st["params"])
         if c.tied_params and len(stages) > 1 and s in (0, last):  # tied embedding / head copies
             reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2,
                                            relay(stages[0]["kind"], stages[last]["kind"]))
@@ -131,11 +159,13 @@ def _orders(per: dict[str, int], inv: Inventory, costs: dict[str, Costs]) -> lis
 
 
 def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str,
-            depth: int = 1) -> dict:
+            depth: int = 1, cutoff: float = math.inf, with_uniform: bool = True) -> dict:
     """Pipelines of `depth` x the smallest group with every kind in the inventory's proportions
     (gcd(counts) / depth replicas, data-parallel): depth 1 is the most replicas, each the shortest
     pipeline; a deeper one holds a model too big for the short one, or trades the replicas'
-    all-reduce for a longer pipeline's bubble."""
+    all-reduce for a longer pipeline's bubble. Branch and bound over microbatch counts (a
+    bound before the split) and stage orders (lower_bound after it); with a cutoff, a plan that
+    cannot beat it is a PlanError (the search keeps only its top plans)."""
     g0 = reduce(math.gcd, (d.count for d in inv.devices))
     if depth < 1 or g0 % depth:
         raise PlanError(f"pipeline depth factor {depth} must divide gcd(counts) = {g0}")
@@ -156,21 +186,27 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     memory = {d.kind: d.memory_bytes for d in inv.devices}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
     relay = _relay_fn(inv)
-    best, found = None, []
-    for order in _orders(per, inv, costs):
-        kinds = [k for k in order for _ in range(per[k])]
-        for m in ms:
-            b = per_replica // m
-            stages = split_blocks(kinds, costs, memory, b, m, schedule)
+    orders = _orders(per, inv, costs)
+    best, memo = None, {}
+    for lb0, m in sorted((_balanced_bound(per, costs, per_replica // m, m), m) for m in ms):
+        if lb0 >= min(cutoff, best[0]["step_s"] if best else math.inf):
+            break  # no split at this or any later microbatch count can beat the best (or the cutoff)
+        b = per_replica // m
+        found = []
+        for order in orders:
+            kinds = [k for k in order for _ in range(per[k])]
+            stages = split_blocks(kinds, costs, memory, b, m, schedule, memo)
             if stages is not None:
                 sc = _stage_costs(stages, costs, links, b, g, relay)
-                found.append((lower_bound(sc, m), len(found), sc, stages, m, kinds))
-    for lb, _, sc, stages, m, kinds in sorted(found, key=lambda f: f[:2]):  # the most promising first
-        if best is not None and lb >= best[0]["step_s"]:
-            break  # no candidate left can beat the best simulated step
-        sim = simulate(schedule, sc, m)
-        if best is None or sim["step_s"] < best[0]["step_s"]:
-            best = (sim, stages, m, list(kinds))
+                found.append((lower_bound(sc, m), len(found), sc, stages, kinds))
+        for lb, _, sc, stages, kinds in sorted(found, key=lambda f: f[:2]):  # the most promising first
+            if lb >= min(cutoff, best[0]["step_s"] if best else math.inf):
+                break  # no order left can beat the best simulated step
+            sim = simulate(schedule, sc, m)
+            if best is None or sim["step_s"] < best[0]["step_s"]:
+                best = (sim, stages, m, list(kinds))
+    if best is None and cutoff < math.inf:
+        raise PlanError(f"no split beats {cutoff:.3g} s")
     if best is None:
         small = min(inv.devices, key=lambda d: d.memory_bytes)
         raise PlanError(f"no split fits: device {small.kind} ({small.memory_bytes / 1e9:g} GB) is too small for any "
@@ -180,7 +216,20 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
            "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,
            "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
-    out["predicted"] = _pp_figures(sim, batch, devices, costs)
+    out["predicted"] = {**_pp_figures(sim, batch, devices, costs), "fits_memory": True}
+    if with_uniform:
+        out["uniform"] = pp_uniform(inv, costs, links, batch, out)
+    return out
+
+
+def pp_uniform(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, plan: dict) -> dict:
+    """The uniform split beside a pipeline plan: the same pipelines, microbatches and kinds in the
+    inventory's order, every stage the same number of blocks (recomputing where it must, or
+    marked as not fitting). Made for the plan a search keeps, not for every candidate."""
+    g, m, b, schedule = plan["replicas"], plan["microbatches"], plan["microbatch_size"], plan["schedule"]
+    per = {d.kind: d.count // g for d in inv.devices}
+    n, p = costs[inv.devices[0].kind].n_blocks, sum(per.values())
+    memory = {d.kind: d.memory_bytes for d in inv.devices}
     q, r = divmod(n, p)
     even = [q + (1 if i < r else 0) for i in range(p)]
     uniform_kinds = [d.kind for d in inv.devices for _ in range(per[d.kind])]
@@ -188,11 +237,9 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     fits = ust is not None
     if not fits:  # what it would take with memory to spare, marked as not fitting
         ust = stages_for(uniform_kinds, costs, {k: math.inf for k in memory}, even, b, m, schedule)
-    usim = _pp_predict(ust, costs, links, b, m, g, schedule, relay)
-    out["uniform"] = {"pp_split": even, "stage_order": uniform_kinds, "microbatches": m, "stages": ust,
-                      "predicted": {**_pp_figures(usim, batch, devices, costs), "fits_memory": fits}}
-    out["predicted"]["fits_memory"] = True
-    return out
+    usim = _pp_predict(ust, costs, links, b, m, g, schedule, _relay_fn(inv))
+    return {"pp_split": even, "stage_order": uniform_kinds, "microbatches": m, "stages": ust,
+            "predicted": {**_pp_figures(usim, batch, plan["devices"], costs), "fits_memory": fits}}
 
 
 def _pp_figures(sim: dict, batch: int, devices, costs) -> dict:

@@ -63,9 +63,43 @@ def check_verdicts(check: dict) -> list[str]:
     return out
 
 
+def per_kind_frame(plan: dict) -> pd.DataFrame:
+    """The chosen strategy per device kind: its tensor/context group inside a node, and its part
+    (pipeline stages and blocks, data-parallel samples, or its own job under "kinds")."""
+    from collections import Counter
+    count = Counter(plan["devices"])
+    groups = plan.get("groups") or {}
+    real = plan.get("real_kind") or {}
+    rows = []
+    for k, n in count.items():
+        planned = next((v for v, r in real.items() if r == k), k)
+        g = groups.get(planned) or groups.get(k) or {}
+        row = {"device": k, "devices": n, "tensor parallel": g.get("tp", 1), "context parallel": g.get("cp", 1)}
+        if plan["strategy"] == "kinds":
+            j = plan["jobs"][k]
+            row.update({"its part": f"its own job: {j['plan']}", "samples per step": j["global_batch"],
+                        "its step ms": round(1000 * j["step_s"], 1)})
+        elif plan["strategy"] == "pp":
+            blocks = [st["blocks"] for st in plan["stages"] if st["kind"] == planned]
+            row.update({"its part": f"{len(blocks)} of {len(plan['stages'])} stages in each of {plan['replicas']} "
+                                    f"pipelines, {min(blocks)}-{max(blocks)} blocks a stage"})
+        else:
+            shares = [b for d, b in zip(plan.get("planned_as", plan["devices"]), plan["batch_split"]) if d == planned]
+            row.update({"its part": f"data parallel, {min(shares)}-{max(shares)} samples per "
+                                    f"{'group' if g else 'device'}"})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def plan_table(plan: dict) -> pd.DataFrame:
     """A plan's work per device: pipeline stages (blocks, time per microbatch, memory) or data-
-    parallel shares, the uniform split beside it."""
+    parallel shares, the uniform split beside it; under "kinds", each kind's job."""
+    if plan.get("strategy") == "kinds":
+        un = plan["uniform"]
+        return pd.DataFrame([{"device": k, "its job": j["plan"], "samples": j["global_batch"],
+                              "predicted step ms": round(1000 * j["step_s"], 1), "samples/s": round(j["samples_per_s"], 2),
+                              "uniform: samples": un["jobs"][k]}
+                             for k, j in plan["jobs"].items()])
     if plan.get("strategy") == "pp":
         un = plan["uniform"]["stages"]
         return pd.DataFrame([{"stage": i, "device": st["kind"], "blocks": st["blocks"],
@@ -78,7 +112,7 @@ def plan_table(plan: dict) -> pd.DataFrame:
     return pd.DataFrame([{"rank": i, "device": k, "samples": b, "compute ms": round(1000 * pr["compute_s"][i], 1),
                           "waits ms": round(1000 * pr["wait_s"][i], 1), "uniform: samples": plan["uniform"]["batch_split"][i],
                           "uniform: waits ms": round(1000 * un["wait_s"][i], 1)}
-                         for i, (k, b) in enumerate(zip(plan["devices"], plan["batch_split"]))])
+                         for i, (k, b) in enumerate(zip(plan.get("planned_as", plan["devices"]), plan["batch_split"]))])
 
 
 def plan_summary(plan: dict) -> pd.DataFrame:

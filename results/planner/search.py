@@ -40,31 +40,25 @@ from results.planner.data_parallel import dp_plan
 from results.planner.inventory import Inventory, PlanError
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
-from results.planner.pipeline_plan import pp_plan
-from results.planner.utilization import utilization_seed
+from results.planner.pipeline_plan import pp_plan, pp_uniform
+from results.planner.kind_jobs import kinds_plan
+from results.planner.labels import label
+from results.planner.utilization import utilization, utilization_seed
+from results.planner.within_stage import NONE, Group, as_devices, grouped, options
 
-STRATEGIES = ("auto", "dp", "pp")  # auto: the best of every dp and pp shape (candidates)
+STRATEGIES = ("auto", "dp", "pp")  # auto: the best of every shape below (candidates)
+SHAPES = ("dp", "pp", "kinds")  # data parallel; pipelines; DP over each kind's own job (kind_jobs.py)
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def label(p: dict) -> str:
-    """A plan in a few words: 'dp x16' or 'pp 100 x (5+4+7 stages)'."""
-    if p["strategy"] == "dp":
-        return f"dp x{len(p['devices'])}"
-    from collections import Counter
-    c = Counter(p["stage_order"])
-    return f"pp {p['replicas']} x ({'+'.join(f'{n} {k}' for k, n in c.items())} stages)"
-
-
-def candidates(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str = "1f1b",
-               strategies: tuple[str, ...] = ("dp", "pp")) -> tuple[list[dict], list[str]]:
-    """Every plan the planner can make here, fastest predicted step first, and why the others
-    could not be made: data parallel over all devices, and pipelines of every depth (the
-    smallest proportional group x each divisor of gcd(counts), up to one block per stage),
-    replicated data-parallel. Each is the best split of its shape (dp_plan, pp_plan)."""
+def _shapes(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str,
+            strategies, cutoff=lambda: math.inf) -> tuple[list[dict], list[str]]:
+    """Data parallel over all devices and pipelines of every depth (the smallest proportional
+    group x each divisor of gcd(counts), up to one block per stage), replicated data-parallel;
+    each the best split of its shape (dp_plan, pp_plan)."""
     found, refused = [], []
     if "dp" in strategies:
         try:
@@ -81,36 +75,120 @@ def candidates(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
                     refused.append(f"pp: {shortest} stages is more than the model's {n} blocks")
                 break
             try:
-                found.append(pp_plan(inv, costs, links, batch, schedule, depth))
+                found.append(pp_plan(inv, costs, links, batch, schedule, depth, cutoff(), with_uniform=False))
             except PlanError as e:
                 refused.append(f"pp depth x{depth}: {e}")
-    found.sort(key=lambda p: p["predicted"]["step_s"])
     return found, refused
 
 
-def homogeneous_rates(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int,
-                      schedule: str) -> dict[str, dict]:
-    """Per device kind: the samples/s a job of only that kind's devices (all of them, the same
-    links, the mixed job's samples per device: a global batch of batch x count / all devices)
-    reaches with its own best plan, or why it cannot train alone. Their sum is HETHUB's
-    "theoretical upper bound" (arXiv 2405.16256): what the kinds would do as separate homogeneous
-    clusters. (The whole batch on each kind alone would flatter the bound: more samples per device
-    means more microbatches per pipeline, a smaller bubble, than the mixed job can have.)"""
+def _combos(inv: Inventory, alone: dict[str, dict]) -> list[dict[str, Group]]:
+    """The groups to try together: none; each kind's two best groups from its own job (the
+    homogeneous search tried every group it can form), all kinds at once (up to 3 kinds: 2^3
+    combinations) or one kind at a time. A pruning, not an exhaustive search: a kind's group is
+    ranked by its own job, as Metis ranks a device type's (TP, batch) profiles."""
+    best = {k: [g for g in a.get("groups_ranked", [])[:2]] for k, a in alone.items()}
+    out: list[dict[str, Group]] = [{}]
+    if not any(g != NONE for gs in best.values() for g in gs):
+        return out
+    kinds = [d.kind for d in inv.devices]
+    if len(kinds) <= 3:
+        from itertools import product
+        for pick in product(*[best[k] or [NONE] for k in kinds]):
+            out.append(dict(zip(kinds, pick)))
+    else:
+        out.append({k: best[k][0] for k in kinds if best[k]})
+        out += [{k: g} for k in kinds for g in best[k] if g != NONE]
+    uniq = {tuple(sorted((k, g) for k, g in c.items() if g != NONE)): c for c in out}
+    return list(uniq.values())
+
+
+def candidates(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, schedule: str = "1f1b",
+               strategies: tuple[str, ...] = ("dp", "pp"), alone: dict[str, dict] | None = None
+               ) -> tuple[list[dict], list[str]]:
+    """Every plan the planner can make here, fastest predicted step first, and why the others
+    could not be made: each shape (_shapes) over each combination of tensor/context groups
+    (_combos; a kind alone tries every group it can form), and with "kinds", data parallel over
+    each kind's own best job (kind_jobs.py)."""
+    if len(inv.devices) == 1:
+        d = inv.devices[0]
+        combos = [{d.kind: g} for g in options(d, costs[d.kind], d.node_size)]
+    else:
+        combos = _combos(inv, alone) if alone is not None else [{}]
+    found, refused, made_on = [], [], {}
+
+    def cutoff() -> float:  # a grouped plan slower than the TOP-th found is not kept (branch and bound)
+        steps = sorted(p["predicted"]["step_s"] for p in found)
+        return steps[TOP - 1] if len(steps) >= TOP else math.inf
+    for groups in combos:  # the plain one first: its plans set the cutoff for the grouped ones
+        ginv, gcosts, real = grouped(inv, costs, links, groups)
+        same = len({groups.get(d.kind, NONE) for d in inv.devices}) == 1
+        plain = not any(g.size > 1 for g in groups.values())
+        # data parallel between groups of unlike degree would reshard every gradient: not modelled
+        strat = tuple(s for s in strategies if s != "kinds" and (s != "dp" or same))
+        f, r = _shapes(ginv, gcosts, links, batch, schedule, strat, (lambda: math.inf) if plain else cutoff)
+        for p in f:
+            made_on[id(p)] = (ginv, gcosts, groups, real)
+        found += [as_devices(p, groups, real, inv, costs, batch) for p in f]
+        if plain:
+            refused += r  # the refusals of plain shapes; grouped ones that fail or lose are not news
+    if "kinds" in strategies and alone is not None and len(inv.devices) > 1:
+        try:
+            found.append(kinds_plan(inv, costs, links, batch, schedule, alone))
+        except PlanError as e:
+            refused.append(f"per kind: {e}")
+    found.sort(key=lambda p: p["predicted"]["step_s"])
+    if found and "uniform" not in found[0]:  # the uniform split beside the best pipeline plan only
+        ginv, gcosts, groups, real = made_on[id(found[0])]
+        found[0]["uniform"] = pp_uniform(ginv, gcosts, links, batch, {**found[0], "devices": found[0].get(
+            "planned_as", found[0]["devices"])})
+        as_devices(found[0], groups, real, inv, costs, batch)
+    return found, refused
+
+
+def alone_jobs(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int,
+               schedule: str) -> dict[str, dict]:
+    """Per device kind: the best job of only that kind's devices (all of them, the same links,
+    the mixed job's samples per device: a global batch of batch x count / all devices), over
+    every shape and group it can form, or why it cannot train alone. Their samples/s summed are
+    HETHUB's "theoretical upper bound" (arXiv 2405.16256): what the kinds would do as separate
+    homogeneous clusters. (The whole batch on each kind alone would flatter the bound: more
+    samples per device means more microbatches per pipeline, a smaller bubble, than the mixed
+    job can have.) The ranked groups seed the mixed search (_combos); the best plan's shape seeds
+    kind_jobs."""
     total = sum(d.count for d in inv.devices)
     out: dict[str, dict] = {}
-    seen: dict[tuple, dict] = {}  # kinds alike in all but name plan alike: 10,000 one-device kinds, ~900 searches
+    seen: dict[tuple, tuple] = {}  # kinds alike in all but name plan alike: 10,000 one-device kinds, ~900 searches
     for d in inv.devices:
         b = max(1, round(batch * d.count / total))
-        same = (d.count, d.memory_bytes, d.peak_flop_s, d.profile, b, costs[d.kind].source)
+        same = (d.count, d.memory_bytes, d.peak_flop_s, d.profile, d.node_size, d.node_busbw_gb_per_s, b,
+                costs[d.kind].source)
         if same not in seen:
-            alone = Inventory(devices=(d,), links=inv.links, optimizer_sharded=inv.optimizer_sharded)
-            found, refused = candidates(alone, {d.kind: costs[d.kind]}, links, b, schedule)
-            seen[same] = (d.kind, {"samples_per_s": found[0]["predicted"]["samples_per_s"], "plan": label(found[0]),
-                                   "global_batch": b} if found
-                          else {"samples_per_s": None, "global_batch": b, "why": "; ".join(refused)})
+            one = Inventory(devices=(d,), links=inv.links, optimizer_sharded=inv.optimizer_sharded)
+            found, refused = candidates(one, {d.kind: costs[d.kind]}, links, b, schedule)
+            if found:
+                ranked = list(dict.fromkeys(Group(**f["groups"][d.kind]) if "groups" in f else NONE for f in found))
+                best = found[0]
+                shape = {"strategy": best["strategy"], "depth": best.get("depth", 1), "group": ranked[0]}
+                seen[same] = (d.kind, {"samples_per_s": best["predicted"]["samples_per_s"], "plan": label(best),
+                                       "global_batch": b, "shape": shape, "groups_ranked": ranked})
+            else:
+                seen[same] = (d.kind, {"samples_per_s": None, "global_batch": b, "why": "; ".join(refused)})
         first, r = seen[same]
-        out[d.kind] = {**r, "plan": r["plan"].replace(f" {first} ", f" {d.kind} ")} if "plan" in r else dict(r)
+        out[d.kind] = r if first == d.kind else _renamed(r, first, d.kind)
     return out
+
+
+def _renamed(r: dict, old: str, new: str) -> dict:
+    r = dict(r)
+    if "plan" in r:
+        r["plan"] = r["plan"].replace(f" {old} ", f" {new} ").replace(f" {old}", f" {new}")
+    return r
+
+
+def homogeneous_rates(alone: dict[str, dict]) -> dict[str, dict]:
+    """What a plan keeps of alone_jobs: samples/s, global batch and best plan (or why not)."""
+    return {k: {f: v for f, v in r.items() if f in ("samples_per_s", "global_batch", "plan", "why")}
+            for k, r in alone.items()}
 
 
 def _peak_memory(p: dict) -> dict[str, float] | None:
@@ -132,12 +210,13 @@ def plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, 
         raise PlanError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
     if batch < 1:
         raise PlanError(f"global batch must be >= 1; got {batch}")
+    alone = alone_jobs(inv, costs, links, batch, schedule)
     found, refused = candidates(inv, costs, links, batch, schedule,
-                                ("dp", "pp") if strategy == "auto" else (strategy,))
+                                SHAPES if strategy == "auto" else (strategy,), alone)
     if not found:
         raise PlanError(refused[0] if len(refused) == 1 else "no plan fits: " + " | ".join(refused))
     out = found[0]
-    rates = homogeneous_rates(inv, costs, links, batch, schedule)
+    rates = homogeneous_rates(alone)
     for f in (out["predicted"], out["uniform"]["predicted"]):
         f["utilization_seed"] = utilization_seed(f["samples_per_s"], rates)
     out["homogeneous"] = rates

@@ -12,7 +12,8 @@ def _alone_rate(c: Costs, batch: int) -> float:
 
 
 def utilization(samples_per_s: float, devices: list[str], costs: dict[str, Costs], batch: int) -> float:
-    return samples_per_s / sum(_alone_rate(costs[k], batch) for k in devices)
+    from collections import Counter  # each kind's rate once, times its devices (10,000 devices, 3 kinds)
+    return samples_per_s / sum(n * _alone_rate(costs[k], batch) for k, n in Counter(devices).items())
 
 
 def utilization_seed(samples_per_s: float, rates: dict[str, dict]) -> float | None:

@@ -1,0 +1,18 @@
+"""A plan in a few words, for tables and the printout."""
+from __future__ import annotations
+
+from collections import Counter
+
+from results.planner.within_stage import Group
+
+
+def label(p: dict) -> str:
+    """A plan in a few words: 'dp x16', 'pp 100 x (5+4+7 stages)', 'per kind: H100 ... @2000 | ...'."""
+    if p["strategy"] == "kinds":
+        return "per kind: " + " | ".join(f"{k} {j['plan']} @{j['global_batch']}" for k, j in p["jobs"].items())
+    if p["strategy"] == "dp":
+        groups = p.get("groups") or {}
+        return f"dp x{len(p.get('planned_as', p['devices']))}" + (
+            " of " + ", ".join(f"{k}{Group(**g).suffix()}" for k, g in groups.items()) + " groups" if groups else "")
+    c = Counter(p["stage_order"])
+    return f"pp {p['replicas']} x ({'+'.join(f'{n} {k}' for k, n in c.items())} stages)"
