@@ -131,3 +131,18 @@ def test_the_what_if_chooses_groups_per_kind_and_says_it_cannot_write_a_cell(tmp
     assert plan["predicted"]["step_s"] < plan["uniform"]["predicted"]["step_s"]
     assert plan["predicted"]["utilization_seed"] > 0.5 and len(plan["devices"]) == 1600
     Path(p.stdout.split("plan: ")[-1].strip()).unlink()
+
+
+def test_recomputation_is_chosen_where_memory_not_speed_limits_a_share(tmp_path):
+    """fast (3x slow) holds 12 samples' activations (8 blocks x 1 MB each): the balanced split
+    wants ~24. Recomputing keeps 8 x 1000 B + one block's 1 MB per sample, so it takes 22 at 4/3 its
+    block time (a forward again in backward): by hand max(22 x 0.1127, 10 x 0.258) = 2.58 s against
+    the capped split's 20 x 0.258 = 5.16 s."""
+    state = (1000 + 8 * 1000 + 10) * 16
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
+    inv = Inventory((DeviceKind("fast", 1, state + 12 * 8e6 + 1), DeviceKind("slow", 1, 1e12)), FREE)
+    p = planner.plan(inv, costs, LinkModel(FREE, tmp_path), 32, "dp")
+    assert planner.label(p) == "dp x2 (recompute on fast)" and p["recompute"] == ["fast"]
+    assert p["batch_split"] == [22, 10] and p["predicted"]["step_s"] == pytest.approx(2.58, rel=0.01)
+    plain = next(c for c in p["candidates"] if c["plan"] == "dp x2")
+    assert plain["step_s"] == pytest.approx(20 * 0.258, rel=0.01)

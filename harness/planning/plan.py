@@ -60,6 +60,9 @@ def _not_runnable(p: dict) -> str | None:
     """Why the harness cannot run this plan as one sweep cell yet, or None."""
     if p["strategy"] == "kinds":
         return "each kind runs its own job (a job per kind and a cross-kind all-reduce): not one sweep cell"
+    if p.get("recompute") and set(p["recompute"]) != set(p["devices"]):
+        return (f"recomputation on {', '.join(p['recompute'])} only: the sweep's parallel.recompute holds one "
+                f"setting for every rank")
     if p.get("groups"):
         groups = ", ".join(f"{k} tp{g['tp']} cp{g['cp']}" for k, g in p["groups"].items())
         return (f"tensor/context groups ({groups}) "
@@ -70,7 +73,8 @@ def _not_runnable(p: dict) -> str | None:
 
 def _cell(p: dict, workload: str, size: str, batch: int) -> str:
     if p["strategy"] == "dp":
-        par = f'{{data: ddp, batch_split: "{",".join(map(str, p["batch_split"]))}"}}'
+        par = (f'{{data: ddp, batch_split: "{",".join(map(str, p["batch_split"]))}"'
+               + (", recompute: full" if p.get("recompute") else "") + "}")
         ranks, order = len(p["devices"]), p["devices"]
     else:
         split = ",".join(map(str, p["pp_split"]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from results.analysis.schedule import Overlap, data_parallel_step, ddp_buckets
 from results.planner.inventory import Inventory, PlanError
-from results.planner.layer_costs import Costs
+from results.planner.layer_costs import Costs, Recomputed
 from results.planner.links import LinkModel
 from results.planner.utilization import utilization
 
@@ -13,7 +13,7 @@ from results.planner.utilization import utilization
 def _dp_cap(c: Costs, memory: float, batch: int) -> int:
     """Most samples a device of this kind can take: model state, then activations per sample."""
     state = c.total_params * c.state_bytes_per_param
-    per_sample = c.saved("embedding", 1) + c.n_blocks * c.saved("block", 1) + c.saved("head", 1)
+    per_sample = c.replica_bytes_per_sample()
     return min(batch, int((memory - state) // per_sample)) if memory > state else 0
 
 
@@ -92,7 +92,29 @@ def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, 
     return out
 
 
-def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int) -> dict:
+def memory_bound(inv: Inventory, costs: dict[str, Costs], batch: int) -> list[str]:
+    """Kinds whose memory, not their speed, would limit their data-parallel share: what the
+    balanced split gives them with memory to spare is more than they hold (recomputation is
+    then worth trying for them, search.py)."""
+    devices = [d.kind for d in inv.devices for _ in range(d.count)]
+    if batch < len(devices):
+        return []
+    caps = {d.kind: _dp_cap(costs[d.kind], d.memory_bytes, batch) for d in inv.devices}
+    free = balanced_shares(devices, costs, {k: batch for k in caps}, batch)
+    want: dict[str, int] = {}
+    for k, b in zip(devices, free):
+        want[k] = max(want.get(k, 0), b)
+    holds = {d.kind: d.memory_bytes > costs[d.kind].total_params * costs[d.kind].state_bytes_per_param
+             for d in inv.devices}  # recomputation saves activations, not model state
+    return [d.kind for d in inv.devices if want[d.kind] > caps[d.kind] and holds[d.kind]]
+
+
+def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int,
+            recompute: tuple[str, ...] = ()) -> dict:
+    """Data parallel over every device, the batch split by balanced_shares; `recompute`: kinds
+    that recompute every block's activations (layer_costs.Recomputed) to hold a larger share."""
+    if recompute:
+        costs = {k: Recomputed(c) if k in recompute else c for k, c in costs.items()}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
     if batch < len(devices):
         raise PlanError(f"global batch {batch} is smaller than the {len(devices)} data-parallel ranks; "
@@ -109,6 +131,8 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     q, r = divmod(batch, len(devices))
     even = [q + (1 if i < r else 0) for i in range(len(devices))]
     out = {"strategy": "dp", "devices": devices, "batch_split": shares, "uniform": {"batch_split": even}}
+    if recompute:
+        out["recompute"] = list(recompute)
     relay = _any_relay(inv)
     out["host_relay"] = relay
     for key, sh, where in (("predicted", shares, out), ("predicted", even, out["uniform"])):

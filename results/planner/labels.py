@@ -13,6 +13,7 @@ def label(p: dict) -> str:
     if p["strategy"] == "dp":
         groups = p.get("groups") or {}
         return f"dp x{len(p.get('planned_as', p['devices']))}" + (
-            " of " + ", ".join(f"{k}{Group(**g).suffix()}" for k, g in groups.items()) + " groups" if groups else "")
+            " of " + ", ".join(f"{k}{Group(**g).suffix()}" for k, g in groups.items()) + " groups" if groups else "") + (
+            f" (recompute on {', '.join(p['recompute'])})" if p.get("recompute") else "")
     c = Counter(p["stage_order"])
     return f"pp {p['replicas']} x ({'+'.join(f'{n} {k}' for k, n in c.items())} stages)"

@@ -118,6 +118,43 @@ class Costs:
     def total_params(self) -> int:
         return self.params["embedding"] + self.n_blocks * self.params["block"] + self.params["head"]
 
+    def replica_bytes_per_sample(self) -> float:
+        """Activation bytes one sample keeps through a whole replica's forward (data parallel)."""
+        return self.saved("embedding", 1) + self.n_blocks * self.saved("block", 1) + self.saved("head", 1)
+
+
+class Recomputed(Costs):
+    """A kind's costs with full recomputation of every block (activation checkpointing), for a
+    data-parallel replica (a pipeline stage recomputes by itself where it must, pipeline_plan.py):
+    each block keeps only its input (recompute_per_sample) and its backward runs its forward
+    again (recompute_s: measured where the profile has it); while one block is recomputed its
+    activations are live too. Everything else is the base's."""
+
+    def __init__(self, base: Costs):
+        self.base = base
+        self.name = f"{base.name} (recompute)"
+
+    def __getattr__(self, name: str):  # what recomputation does not change is the base's
+        return getattr(self.__dict__["base"], name)
+
+    def fwd(self, kind: str, b: float) -> float:
+        return self.base.fwd(kind, b)
+
+    def bwd(self, kind: str, b: float) -> float:
+        return self.base.bwd(kind, b) + (self.base.recompute_s(b) if kind == "block" else 0.0)
+
+    def saved(self, kind: str, b: float) -> float:
+        return self.base.recompute_per_sample * b if kind == "block" else self.base.saved(kind, b)
+
+    def recompute_s(self, b: float) -> float:
+        return self.base.recompute_s(b)
+
+    def group_reduce_s(self, params: float) -> float:
+        return self.base.group_reduce_s(params)
+
+    def replica_bytes_per_sample(self) -> float:
+        return super().replica_bytes_per_sample() + self.base.saved("block", 1)
+
 
 def from_profile(name: str, record: Path) -> Costs:
     s = schema.read_record(record)["summary"]

@@ -80,13 +80,16 @@ def per_kind_frame(plan: dict) -> pd.DataFrame:
             row.update({"its part": f"its own job: {j['plan']}", "samples per step": j["global_batch"],
                         "its step ms": round(1000 * j["step_s"], 1)})
         elif plan["strategy"] == "pp":
-            blocks = [st["blocks"] for st in plan["stages"] if st["kind"] == planned]
+            mine = [st for st in plan["stages"] if st["kind"] == planned]
+            blocks = [st["blocks"] for st in mine]
             row.update({"its part": f"{len(blocks)} of {len(plan['stages'])} stages in each of {plan['replicas']} "
-                                    f"pipelines, {min(blocks)}-{max(blocks)} blocks a stage"})
+                                    f"pipelines, {min(blocks)}-{max(blocks)} blocks a stage",
+                        "recompute": f"{sum(st['recompute'] for st in mine)} of its {len(mine)} stages"})
         else:
             shares = [b for d, b in zip(plan.get("planned_as", plan["devices"]), plan["batch_split"]) if d == planned]
             row.update({"its part": f"data parallel, {min(shares)}-{max(shares)} samples per "
-                                    f"{'group' if g else 'device'}"})
+                                    f"{'group' if g else 'device'}",
+                        "recompute": "every block" if planned in plan.get("recompute", []) else "no"})
         rows.append(row)
     return pd.DataFrame(rows)
 

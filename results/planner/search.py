@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from functools import reduce
 
-from results.planner.data_parallel import dp_plan
+from results.planner.data_parallel import dp_plan, memory_bound
 from results.planner.inventory import Inventory, PlanError
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
@@ -65,6 +65,12 @@ def _shapes(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
             found.append(dp_plan(inv, costs, links, batch))
         except PlanError as e:
             refused.append(f"dp: {e}")
+        bound = memory_bound(inv, costs, batch)
+        if bound:  # recomputation as a choice: the kinds short of memory trade time for a larger share
+            try:
+                found.append(dp_plan(inv, costs, links, batch, tuple(bound)))
+            except PlanError as e:
+                refused.append(f"dp with recomputation on {', '.join(bound)}: {e}")
     if "pp" in strategies:
         g = reduce(math.gcd, (d.count for d in inv.devices))
         shortest = sum(d.count // g for d in inv.devices)
