@@ -7,6 +7,8 @@ pipeline: harness/bench/pipeline.py (bubble vs (p-1)/(m+p-1) for GPipe and 1F1B;
 moe: harness/bench/moe.py (expert parallel vs DDP on moe-small: load balance, drops, all-to-all).
 planner: harness/bench/planner.py (2 ranks made 2x and 4x unequal by CPU quotas: planned vs uniform
 DP and PP splits, simulator prediction vs measurement, utilization).
+planner_seed: harness/bench/planner_seed.py (2 ranks of each kind: the mixed job against each kind's
+own homogeneous job, utilization as the seed counts it, data parallel and pipelines).
 roofline: harness/bench/roofline.py (this machine's ceilings; every workload at tiny and small on them,
 baseline vs +compile and +channels_last: intensity, fraction of the roof, fusion's effect).
 deepcam_vs_reference: harness/bench/deepcam_ref.py (our DeepCAM step beside mlcommons/hpc's, same config,
@@ -49,6 +51,7 @@ from harness.bench import comm as perf_comm
 from harness.bench import context_parallel as perf_cp
 from harness.bench import deepcam_ref as perf_deepcam_ref
 from harness.bench import planner_scale
+from harness.bench import planner_seed
 from harness.bench import loader as perf_loader
 from harness.bench import mpi as perf_mpi
 from harness.bench import moe as perf_moe
@@ -179,6 +182,7 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "portal_render": portal_render, "parallel_strategies": perf_parallel.parallel_strategies,
               "collectives": perf_comm.collectives_bench, "pipeline": perf_pipeline.pipeline_bench,
               "moe": perf_moe.moe_bench, "planner": perf_planner.planner_bench,
+              "planner_seed": planner_seed.planner_seed_bench,
               "planner_scale": planner_scale.planner_scale,
               "roofline": perf_roofline.roofline_bench, "paired_speedup": perf_paired.paired_speedup_bench,
               "deepcam_vs_reference": perf_deepcam_ref.deepcam_vs_reference,

@@ -27,9 +27,12 @@ Two utilizations, both reported:
   same samples per device) reaches with its own best plan (homogeneous_rates). Communication and bubbles
   a homogeneous job pays too are in the bound, so this one asks only what mixing costs.
 
-Strategy `auto` chooses the shape too (candidates): data parallel over every device, or
-pipelines of every depth (the smallest proportional group times each divisor of gcd(counts)),
-each with its best split; the fastest predicted wins, the runners-up are kept with the reason.
+Strategy `auto` chooses the shape too (candidates): data parallel over every device (with
+recomputation on the kinds whose memory caps their share, too), or pipelines of every depth (the
+smallest proportional group times each divisor of gcd(counts)), each with its best split; each
+over tensor/context groups inside a node (within_stage.py) where the inventory gives nodes; and
+data parallel over each kind's own best job, pipelines of unlike depth (kind_jobs.py). The
+fastest predicted wins, the runners-up are kept with the reason.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ from results.planner.links import LinkModel
 from results.planner.pipeline_plan import pp_plan, pp_uniform
 from results.planner.kind_jobs import kinds_plan
 from results.planner.labels import label
-from results.planner.utilization import utilization, utilization_seed
+from results.planner.utilization import utilization_seed
 from results.planner.within_stage import NONE, Group, as_devices, grouped, options
 
 STRATEGIES = ("auto", "dp", "pp")  # auto: the best of every shape below (candidates)
@@ -76,6 +79,10 @@ def _shapes(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
         shortest = sum(d.count // g for d in inv.devices)
         n = costs[inv.devices[0].kind].n_blocks
         for depth in _divisors(g):
+            if shortest * depth == 1:  # a one-stage pipeline is data parallel (without DDP's overlap)
+                if "dp" not in strategies:
+                    refused.append("pp: one device is one stage, which is data parallel: use --strategy dp")
+                continue
             if shortest * depth > n:
                 if depth == 1:
                     refused.append(f"pp: {shortest} stages is more than the model's {n} blocks")
