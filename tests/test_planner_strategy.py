@@ -116,7 +116,7 @@ _stage = st.builds(step_sim.StageCost, st.floats(0.01, 5), st.floats(0.01, 5), s
                    st.floats(0, 1))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(_stage, min_size=1, max_size=6), st.integers(1, 12), st.sampled_from(["gpipe", "1f1b"]))
 def test_the_pipeline_lower_bound_never_exceeds_the_simulated_step(stages, m, schedule):
     """If the bound ever exceeded a simulated step, pp_plan could prune the best candidate."""
