@@ -63,11 +63,12 @@ def _interleaved(env: dict, results: Path, data_dir: Path, cpus: list[float], ba
     return run_interleaved({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), processes, *args)
 
 
-def _plan(env: dict, results: Path, inv: Path, batch: int, strategy: str) -> dict:
-    _harness(env, "plan", "--devices", str(inv), "--workload", "lm", "--size", SIZE,
-             "--global-batch", str(batch), "--strategy", strategy)
-    newest = max((results / "plans").glob(f"plan-lm-{SIZE}-{strategy}-*.json"), key=lambda p: p.stat().st_mtime)
-    return json.loads(newest.read_text())
+def _plan(env: dict, inv: Path, batch: int, strategy: str) -> dict:
+    """`harness plan` on an inventory; the plan it wrote (the path it prints, not the newest file:
+    with `auto` the file is named for the strategy chosen)."""
+    out = _harness(env, "plan", "--devices", str(inv), "--workload", "lm", "--size", SIZE,
+                   "--global-batch", str(batch), "--strategy", strategy)
+    return json.loads(Path(out.split("plan: ")[-1].split()[0]).read_text())
 
 
 def _dataset(tmp: Path) -> Path:
@@ -134,8 +135,8 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
             # homogeneous_rates counts it: the seed utilization's denominator, measured
             homogeneous = {k: {**_run(env, tmp, data_dir, [c], batch // len(kinds), []), "batch": batch // len(kinds)}
                            for k, c in kinds.items()}
-            dp = _plan(env, tmp, inv, batch, "dp")
-            pp = _plan(env, tmp, inv, batch, "pp")
+            dp = _plan(env, inv, batch, "dp")
+            pp = _plan(env, inv, batch, "pp")
             dp_cpus = [kinds[k] for k in dp["devices"]]
             pp_cpus = {"planned": [kinds[k] for k in pp["stage_order"]],
                        "uniform": [kinds[k] for k in pp["uniform"]["stage_order"]]}

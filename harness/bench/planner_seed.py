@@ -24,17 +24,10 @@ import tempfile
 from pathlib import Path
 
 from harness.bench.launch import run_harness
-from harness.bench.planner import SIZE, _dataset, _run
+from harness.bench.planner import SIZE, _dataset, _plan, _run
 from harness.parallel import cpu_quota as rank_cpu
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
-
-
-def _plan(env: dict, inv: Path, batch: int, strategy: str) -> dict:
-    import json
-    out = run_harness(env, 1, "plan", "--devices", str(inv), "--workload", "lm", "--size", SIZE,
-                      "--global-batch", str(batch), "--strategy", strategy)
-    return json.loads(Path(out.split("plan: ")[-1].split()[0]).read_text())
 
 
 def _runnable(p: dict, cpu: dict[str, float]) -> tuple[list[str], list[float]]:
