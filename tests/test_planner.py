@@ -184,6 +184,9 @@ def test_profile_measures_every_layer_kind_and_counts_the_model_once(tiny_profil
         assert [r["microbatch"] for r in rows] == [1, 4] and all(r["fwd_s"] > 0 and r["bwd_s"] > 0 for r in rows)
         assert rows[1]["saved_bytes"] > rows[0]["saved_bytes"] > 0  # activations grow with the microbatch
     assert s["layers"]["block"][0]["out_bytes"] == s["boundary_bytes_per_sample"]  # what a stage boundary sends
+    # DDP's gradient copies, per byte: into the buckets and back is 2 x 4 B moved a byte of fp32
+    # gradient, so between 1 ns (8 GB/s) and 10 us (100 KB/s) a byte on any CPU this runs on
+    assert 1e-11 < s["grad_copy_s_per_byte"] < 1e-5
 
 
 def test_plan_from_measured_profiles_writes_a_cell_that_names_the_split(tiny_profile, tmp_path):

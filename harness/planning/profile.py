@@ -6,8 +6,10 @@ Per layer kind — the embeddings, one transformer block, the head with the loss
 microbatch size: forward and backward seconds (median of `repeats` timed passes after one
 untimed), the bytes autograd saves for backward (activation memory, counted by
 saved_tensors_hooks, each storage once) and the output's bytes (what a stage boundary sends).
-Per model: parameters per layer kind and the optimizer's step time per parameter (AdamW over
-the whole model, timed the same way). Model-state bytes per parameter are fp32 weights,
+Per model: parameters per layer kind, the optimizer's step time per parameter (AdamW over
+the whole model, timed the same way), and what copying every gradient into one flat buffer and
+back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
+buckets and the reduced values come back; at 0.25 CPU this was 0.1 s a step on LM small, 8% of it). Model-state bytes per parameter are fp32 weights,
 gradients and AdamW's two moments: 16 B.
 
 The layer kinds are the pipeline's own stage modules (workloads/lm/pipeline_split.py: a stage
@@ -98,6 +100,28 @@ def _optimizer_s_per_param(wl, model, size, repeats: int) -> float:
     return statistics.median(times) / sum(p.numel() for p in model.parameters())
 
 
+def _grad_copy_s_per_byte(model, repeats: int) -> float:
+    """Seconds per gradient byte to copy every gradient into a persistent flat buffer and back:
+    DDP's copy into its buckets (in the backward's hooks) and of the reduced bucket back into the
+    gradients (gradient_as_bucket_view off, torch's default). Median of `repeats` after one untimed."""
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    flat = torch.empty(sum(g.numel() for g in grads))
+    views, at = [], 0
+    for g in grads:
+        views.append(flat[at:at + g.numel()].view_as(g))
+        at += g.numel()
+    times = []
+    for i in range(repeats + 1):
+        t0 = now()
+        for v, g in zip(views, grads):
+            v.copy_(g)
+        for v, g in zip(views, grads):
+            g.copy_(v)
+        if i:
+            times.append(now() - t0)
+    return statistics.median(times) / (flat.numel() * flat.element_size())
+
+
 def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, barrier=None,
             cell_s: float = 0.0) -> dict:
     """The profile's figures (see the module docstring). Under a launcher every rank profiles at
@@ -137,6 +161,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
             "params": params, "tied_params": lm["tied_params"], "state_bytes_per_param": STATE_BYTES_PER_PARAM,
             "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
             "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats),
+            "grad_copy_s_per_byte": _grad_copy_s_per_byte(model, repeats),
             "threads": torch.get_num_threads(), "layers": layers}
 
 

@@ -66,17 +66,20 @@ def balanced_shares(devices: list[str], costs: dict[str, Costs], caps: dict[str,
 
 
 def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, relay: bool = False) -> dict:
-    """The step of data parallel over `devices` with these shares. With overlap (what DDP does)
-    the gradient all-reduce runs in DDP's buckets during the backward (schedule.Overlap); the
-    buckets are packed from the layers' gradients in backward order (head, blocks last to first,
-    embedding): whole layers, where DDP packs tensors, so a bucket may be up to one block larger."""
+    """The step of data parallel over `devices` with these shares. With overlap (what DDP does
+    where the collectives do not share the compute's processors: links.overlaps) the gradient
+    all-reduce runs in DDP's buckets during the backward (schedule.Overlap); the buckets are
+    packed from the layers' gradients in backward order (head, blocks last to first, embedding):
+    whole layers, where DDP packs tensors, so a bucket may be up to one block larger. Without,
+    it follows the slowest rank's backward. Either way each rank copies its gradients into the
+    buckets and back (Costs.grad_copy_s), counted with its optimizer step."""
     c0 = costs[devices[0]]
     compute = [costs[k].sample_s(b) * b for k, b in zip(devices, shares)]
     n = len(devices)
     reduce_s = links.all_reduce_s(c0.total_params * c0.grad_bytes_per_param, n, relay)
     # the optimizer step, after the reduction inside a device's group (context parallel's) where it has one
     opt = [costs[k].optimizer_s_per_param * costs[k].total_params + costs[k].group_reduce_s(costs[k].total_params)
-           for k in devices]
+           + (costs[k].grad_copy_s(costs[k].total_params) if n > 1 else 0.0) for k in devices]
     if not overlap or n == 1:
         return data_parallel_step(compute, reduce_s, opt)
 
@@ -135,8 +138,9 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
         out["recompute"] = list(recompute)
     relay = _any_relay(inv)
     out["host_relay"] = relay
+    out["ddp_overlap"] = links.overlaps
     for key, sh, where in (("predicted", shares, out), ("predicted", even, out["uniform"])):
-        sim = _dp_predict(devices, sh, costs, links, relay=relay)
+        sim = _dp_predict(devices, sh, costs, links, overlap=links.overlaps, relay=relay)
         fits = all(b <= caps[k] for k, b in zip(devices, sh))
         where[key] = {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"],
                       "utilization": utilization(batch / sim["step_s"], devices, costs, batch),

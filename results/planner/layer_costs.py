@@ -64,11 +64,15 @@ class Costs:
                  saved_per_sample: dict[str, float] | None = None, recompute_per_sample: float = 0.0,
                  flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
                  measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
-                 kv_bytes_per_sample: float | None = None, kv_heads: int | None = None):
+                 kv_bytes_per_sample: float | None = None, kv_heads: int | None = None,
+                 grad_copy_s_per_byte: float = 0.0):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
         self.optimizer_s_per_param = optimizer_s_per_param
+        # DDP's copies of the gradients into its buckets and back, per gradient byte (profiled;
+        # 0 for a what-if shape and for profiles older than the measurement)
+        self.grad_copy_s_per_byte = grad_copy_s_per_byte
         self._times, self._saved, self._flop, self._flop_s = times, saved_per_sample or {}, flop_per_sample, flop_s
         self.recompute_per_sample = recompute_per_sample  # bytes a recomputed layer keeps (its input)
         self.measured, self.source = measured, source
@@ -107,6 +111,11 @@ class Costs:
         """Seconds a step spends reducing `params` parameters' gradients inside a device's group
         (results/planner/within_stage.py: context-parallel ranks hold the same weights); none alone."""
         return 0.0
+
+    def grad_copy_s(self, params: float) -> float:
+        """Seconds DDP (or replicate) spends copying `params` parameters' gradients into its
+        buckets and back, on each data-parallel rank, every step (serial with its compute)."""
+        return params * self.grad_bytes_per_param * self.grad_copy_s_per_byte
 
     def sample_s(self, b: float) -> float:
         """Forward + backward of the whole model, per sample, at microbatch b."""
@@ -166,6 +175,7 @@ def from_profile(name: str, record: Path) -> Costs:
                  boundary_bytes_per_sample=s["boundary_bytes_per_sample"],
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
                  optimizer_s_per_param=s["optimizer_s_per_param"], times=times, saved_per_sample=saved,
+                 grad_copy_s_per_byte=s.get("grad_copy_s_per_byte", 0.0),
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"

@@ -25,6 +25,7 @@ from results.planner.inventory import Links, PlanError
 class LinkModel:
     def __init__(self, links: Links, results: Path):
         self.measured = links.measured
+        self.overlaps = links.overlaps  # DDP hides its all-reduce behind the backward (inventory.Links)
         self.tables: dict[str, tuple[int, list[dict]]] = {}
         self.relay_tables: dict[str, tuple[int, list[dict]]] = {}
         self.pcie = links.pcie_gb_per_s * 1e9 if links.pcie_gb_per_s else None

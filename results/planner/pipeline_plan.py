@@ -126,8 +126,10 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
             reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2,
                                            relay(stages[0]["kind"], stages[last]["kind"]))
         nxt = relay(st["kind"], stages[s + 1]["kind"]) if s < last else False
+        # replicate's copies of the stage's gradients into its buckets and back, with the optimizer
+        copy_s = c.grad_copy_s(st["params"]) if dp > 1 else 0.0
         sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b, nxt), reduce_s,
-                            c.optimizer_s_per_param * st["params"]))
+                            c.optimizer_s_per_param * st["params"] + copy_s))
     return sc
 
 

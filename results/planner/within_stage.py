@@ -88,6 +88,7 @@ class GroupCosts(Costs):
         self.kv_bytes_per_sample, self.kv_heads = base.kv_bytes_per_sample / t, base.kv_heads
         self.state_bytes_per_param, self.grad_bytes_per_param = base.state_bytes_per_param, base.grad_bytes_per_param
         self.optimizer_s_per_param = base.optimizer_s_per_param
+        self.grad_copy_s_per_byte = base.grad_copy_s_per_byte
         self.measured = base.measured
         self.source = base.source + (f"; {g.suffix().strip()} modelled (compute / {n}, collectives on the node's links)"
                                      if n > 1 else "")
