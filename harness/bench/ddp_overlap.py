@@ -8,7 +8,9 @@ two alternate in blocks of steps in one pair of processes (A B B A ...), so drif
 The same processes measure what the model needs: forward and backward times (no_sync steps),
 DDP's own bucket sizes, and an all-reduce of each bucket's size and of all gradients. Predicted:
 no overlap F + B + c(all); overlap overlapped_reduce_end(F, B, buckets, c). Reported with the
-error of each prediction and the measured gain.
+error of each prediction and the measured gain: unheld, and again with each rank held to 0.25 CPU
+(HARNESS_RANK_CPU, where cgroup quotas can be set), where gloo's threads and the backward share
+the quota (results/planner/inventory.Links.overlap: the planner's default for gloo rests on it).
 
     python -m harness.bench.ddp_overlap worker OUT.json    (per rank, under mpiexec)
 """
@@ -35,8 +37,10 @@ def _worker(out: str, size: str = "small", batch: int = 1) -> None:
 
     from harness.config import registry
     from harness.parallel import dist
+    from harness.parallel import cpu_quota
     info = dist.from_env()
     dist.init(info, "cpu")
+    quota = cpu_quota.apply(info.rank, info.world)  # HARNESS_RANK_CPU, when the bench sets it
     if dist.cpu_threads():
         torch.set_num_threads(dist.cpu_threads())
     wl = registry.get("lm")
@@ -103,15 +107,30 @@ def _worker(out: str, size: str = "small", batch: int = 1) -> None:
         Path(out).write_text(json.dumps({"times": times, "fwd_s": float(fb[0]), "bwd_s": float(fb[1]),
                                          "buckets": buckets, "grad_bytes": total, "allreduce_s": comm,
                                          "threads": torch.get_num_threads(), "size": size, "batch": batch}))
+    if quota:
+        quota.release()
     dist.shutdown()
 
 
-def ddp_overlap_bench(ranks: int = 2) -> dict:
+def ddp_overlap_bench(ranks: int = 2, held_cpus: float = 0.25) -> dict:
+    """Unheld (the top-level figures), then each rank held to `held_cpus` CPU ("held")."""
+    from harness.parallel import cpu_quota
+    out = _measure(ranks, None)
+    reason = cpu_quota.unavailable()
+    out["held"] = {"skipped": reason} if reason else _measure(ranks, held_cpus)
+    return out
+
+
+def _measure(ranks: int, cpus: float | None) -> dict:
+    from harness.parallel import cpu_quota
     from harness.parallel.dist import mpiexec
     from results.analysis.schedule import Overlap, overlapped_reduce_end
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "overlap.json"
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        env.pop(cpu_quota.ENV, None)
+        if cpus is not None:
+            env[cpu_quota.ENV] = str(cpus)
         p = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, "-m", "harness.bench.ddp_overlap", "worker",
                             str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
         if p.returncode:
@@ -122,7 +141,8 @@ def ddp_overlap_bench(ranks: int = 2) -> dict:
     no = F + B + c[m["grad_bytes"]]
     ov = overlapped_reduce_end(Overlap([F], [B], m["buckets"], lambda b: c[int(b)]))
     med = {k: statistics.median(v) for k, v in m["times"].items()}
-    return {"model": f"lm {m['size']} b{m['batch']}, {ranks} ranks gloo, {m['threads']} thread(s) each",
+    return {"model": f"lm {m['size']} b{m['batch']}, {ranks} ranks gloo, {m['threads']} thread(s) each"
+                     + (f", each held to {cpus:g} CPU" if cpus is not None else ""),
             "measured_step_s": med, "predicted_step_s": {"overlap": ov, "no_overlap": no},
             "error": {"overlap": ov / med["overlap"] - 1, "no_overlap": no / med["no_overlap"] - 1},
             "measured_gain": med["no_overlap"] / med["overlap"], "predicted_gain": no / ov,

@@ -69,8 +69,9 @@ class Links:
     latency_us: float | None = None
     pcie_gb_per_s: float | None = None  # the host relay's device <-> host copies (an estimate)
     # whether DDP's bucketed all-reduce hides behind the backward. Not with gloo on CPU ranks: its
-    # threads run on the CPUs the compute runs on (measured, harness/bench/ddp_overlap.py under a
-    # quota: overlap gained 1.7% where the model that hides it predicted 4%, 8.5% at 1 CPU).
+    # threads run on the CPUs the compute runs on (measured, `make perf` ddp_overlap, its "held"
+    # figures, 2026-12-03: at 0.25 CPU a rank overlap gained 3.3% where the model that hides it
+    # predicted 7.5%; unheld 3.5% against 8.6%: it hides under half of what the model hides).
     # None: no for links measured on gloo, yes otherwise (an estimate stands for NCCL-like links);
     # the inventory may say either way
     overlap: bool | None = None
