@@ -3,10 +3,12 @@ load_runs(), idempotent re-ingest, and a SIGTERM mid-run leaving a `killed` reco
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +18,14 @@ from results.store.frames import load_runs, step_samples
 from tests.conftest import REPO, harness, run_dirs
 
 
-@pytest.fixture
-def tiny_run(env):
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory, data_root) -> Path:
+    """One tiny run for the module (each run is a process start and a model build: ~6 s)."""
+    import os
+    base = tmp_path_factory.mktemp("one_run")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(HARNESS_RESULTS=str(base / "results"), HARNESS_DATA=str(data_root), PYTHONPATH=str(REPO),
+               HARNESS_STAGE_DIR=str(base / "stage"), OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"))
     p = harness(env, "run", "cosmoflow", "--set", "steps=5", "--set", "warmup_steps=2", "--no-ingest")
     assert p.returncode == 0, p.stderr
     # what it measured, then where the record is (5 steps: too few for the median's interval)
@@ -26,6 +34,14 @@ def tiny_run(env):
     assert "samples/s" in first and any(f"; {k}" in first for k in ("stable", "noisy: ", "disturbed: "))
     assert last.startswith("finished: ")
     (d,) = run_dirs(env)
+    return d
+
+
+@pytest.fixture
+def tiny_run(one_run, env) -> Path:
+    """The module's run, copied into this test's results: a test may change or ingest it alone."""
+    d = Path(env["HARNESS_RESULTS"]) / "runs" / one_run.name
+    shutil.copytree(one_run, d)
     return d
 
 
@@ -192,7 +208,6 @@ def test_ingest_attempts_setting_of_zero_still_tries_once(tiny_run, tmp_path, mo
 
 
 def test_records_written_before_the_unit_renames_read_with_the_new_keys(tiny_run, tmp_path):
-    import shutil
     old = tmp_path / tiny_run.name
     shutil.copytree(tiny_run, old)
     s = json.loads((old / schema.SUMMARY).read_text())

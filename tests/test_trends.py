@@ -31,7 +31,7 @@ SWEEP = """
     name: trend
     workloads: [lm]
     sizes: [tiny]
-    repeats: 3
+    repeats: 2
     matrix: [baseline]
     base: {steps: 30, warmup_steps: 5}
 """
@@ -91,7 +91,7 @@ def test_compare_flags_the_slow_commit(history):
         row = next(line for line in p.stdout.splitlines() if line.startswith("lm/tiny/cpu baseline"))
         assert row.endswith("REGRESSION"), row
         assert "1 regression(s) in 1 series" in p.stdout
-        assert f"commit {head_sha[:12]}" in p.stdout and "6 runs" in p.stdout  # BASE pools both sweeps at its commit
+        assert f"commit {head_sha[:12]}" in p.stdout and "4 runs" in p.stdout  # BASE pools both sweeps at its commit
 
 
 def test_compare_does_not_flag_a_rerun(history):
@@ -109,7 +109,7 @@ def test_compare_does_not_flag_a_rerun(history):
                  for a, b in ((first, rerun),)][0]
     drift = max(first_two["ratio"], 1 / first_two["ratio"])
     assert t["threshold"].iloc[0] == pytest.approx(max(trends.RATIO, drift))
-    assert (t[["base_runs", "head_runs"]].iloc[0] == [3, 3]).all()
+    assert (t[["base_runs", "head_runs"]].iloc[0] == [2, 2]).all()
 
 
 def test_compare_bad_ref_is_one_line(history):
@@ -131,7 +131,7 @@ def test_trends_page_marks_the_regression(history, monkeypatch):
         f"({at.dataframe[0].value.set_index('commit').loc[head, 'vs_previous']:.2f}× the previous commit's step time)"]
     table = at.dataframe[0].value.set_index("commit")
     assert table.loc[history["shas"][0][:10], "verdict"] == "first" and table.loc[head, "verdict"] == "regression"
-    assert table.loc[history["shas"][0][:10], "runs"] == 6 and table.loc[head, "runs"] == 3
+    assert table.loc[history["shas"][0][:10], "runs"] == 4 and table.loc[head, "runs"] == 2
     assert at.query_params["series"] in ("lm/tiny/cpu", ["lm/tiny/cpu"])
 
 
