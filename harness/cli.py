@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     f.add_argument("--cell-s", type=float, default=1.0,
                    help="under a launcher: seconds each measurement lasts at least, all ranks together")
+    f.add_argument("--precision", type=float, default=0.02,
+                   help="sample each measurement until its median's 95%% interval is within +-this (0: just --repeats)")
+    f.add_argument("--budget-s", type=float, default=4.0,
+                   help="... or until this many seconds of a measurement's timed passes have gone by")
     n = sub.add_parser("plan", help="heterogeneous planner: split DP/PP work over unequal devices, simulated")
     n.add_argument("--devices", required=True, help="device inventory (YAML; see results/planner/inventory.py)")
     n.add_argument("--workload", default="lm")
@@ -184,14 +188,25 @@ def cmd_profile(args) -> int:
         raise UsageError(f"--microbatches must be a comma list of sizes, e.g. 1,2,4; got {args.microbatches!r}") from None
     if args.repeats < 1 or args.threads < 0 or (args.cpus is not None and not 0.01 <= args.cpus <= 1024):
         raise UsageError("--repeats must be >= 1, --threads >= 0 and --cpus between 0.01 and the cores")
+    if not (0 <= args.precision < 1 and 0 < args.budget_s <= 3600):
+        raise UsageError(f"--precision must be in [0, 1) (0.02 = +-2%; 0: just --repeats) and --budget-s in (0, 3600]; "
+                         f"got {args.precision} and {args.budget_s}")
     import torch
     d = layer_profile.run(args.workload, args.size, mbs, args.repeats, args.cpus,
-                          args.threads or torch.get_num_threads(), results_root(), args.cell_s)
+                          args.threads or torch.get_num_threads(), results_root(), args.cell_s, args.precision,
+                          args.budget_s)
     from results.record import schema
     s = schema.read_record(d)["summary"]  # the one validating reader
     for kind, rows in s["layers"].items():
         print(f"{kind:<10} " + "  ".join(f"mb{r['microbatch']}: fwd {1e3 * r['fwd_s']:.2f} bwd {1e3 * r['bwd_s']:.2f} ms"
                                          for r in rows))
+    rows = [r for rs in s["layers"].values() for r in rs]
+    if args.precision > 0:
+        short = [r for r in rows if r.get("ended_by") != "precision"]
+        widest = max((r["half_width"] for r in rows if r.get("half_width") is not None), default=None)
+        print(f"sampled to +-{100 * args.precision:g}%: {len(rows) - len(short)} of {len(rows)} measurements; "
+              f"{len(short)} ended by the {args.budget_s:g} s budget"
+              + (f" (widest interval +-{100 * widest:.1f}%)" if widest is not None else ""))
     print(f"profile: {d}")
     return 0
 

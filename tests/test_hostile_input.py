@@ -70,6 +70,13 @@ def test_negative_repeats_are_refused(capsys):
     assert "--repeats must be >= 1" in refused(capsys, "sweep", demo, "--repeats", "-1")
 
 
+@pytest.mark.parametrize("flag, value", [("--precision", "-0.1"), ("--precision", "nan"), ("--precision", "1"),
+                                         ("--budget-s", "0"), ("--budget-s", "inf")])
+def test_a_profile_precision_or_budget_out_of_range_is_refused(capsys, flag, value):
+    line = refused(capsys, "profile", "lm", flag, value)
+    assert "--precision must be in [0, 1)" in line and "--budget-s in (0, 3600]" in line
+
+
 def test_a_data_root_that_is_a_file_fails_the_run_with_its_reason(capsys, tmp_path, monkeypatch):
     (tmp_path / "data").write_text("not a folder")
     monkeypatch.setenv("HARNESS_DATA", str(tmp_path / "data"))

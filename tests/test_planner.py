@@ -183,6 +183,12 @@ def test_profile_measures_every_layer_kind_and_counts_the_model_once(tiny_profil
         rows = s["layers"][kind]
         assert [r["microbatch"] for r in rows] == [1, 4] and all(r["fwd_s"] > 0 and r["bwd_s"] > 0 for r in rows)
         assert rows[1]["saved_bytes"] > rows[0]["saved_bytes"] > 0  # activations grow with the microbatch
+    # sampled to the precision target (default +-2%) or the per-cell budget, and the row says which
+    assert s["precision"] == 0.02 and s["budget_s"] == 4.0
+    for r in (r for rows in s["layers"].values() for r in rows):
+        assert r["ended_by"] in ("precision", "budget") and len(r["fwd_samples_s"]) >= 2
+        if r["ended_by"] == "precision":
+            assert len(r["fwd_samples_s"]) >= 6 and r["half_width"] <= 0.02
     assert s["layers"]["block"][0]["out_bytes"] == s["boundary_bytes_per_sample"]  # what a stage boundary sends
     # DDP's gradient copies, per byte: into the buckets and back is 2 x 4 B moved a byte of fp32
     # gradient, so between 1 ns (8 GB/s) and 10 us (100 KB/s) a byte on any CPU this runs on

@@ -3,14 +3,15 @@ this device, measured (Metis and AMP profile the same: per layer kind, per micro
 time and memory).
 
 Per layer kind — the embeddings, one transformer block, the head with the loss — and per
-microbatch size: forward and backward seconds (median of `repeats` timed passes after one
-untimed), the bytes autograd saves for backward (activation memory, counted by
+microbatch size: forward and backward seconds (the median of timed passes after one untimed:
+at least `repeats`, then until the median's 95% interval is within --precision, default +-2%,
+or --budget-s seconds have gone by; the row says which ended it), the bytes autograd saves for backward (activation memory, counted by
 saved_tensors_hooks, each storage once) and the output's bytes (what a stage boundary sends).
 Per model: parameters per layer kind, the optimizer's step time per parameter (AdamW over
 the whole model, timed the same way), and what copying every gradient into one flat buffer and
 back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
-buckets and the reduced values come back; at 0.25 CPU this was 0.1 s a step on LM small, 8% of it). Model-state bytes per parameter are fp32 weights,
-gradients and AdamW's two moments: 16 B.
+buckets and the reduced values come back; at 0.25 CPU this was 0.1 s a step on LM small, 8% of
+it). Model-state bytes per parameter are fp32 weights, gradients and AdamW's two moments: 16 B.
 
 The layer kinds are the pipeline's own stage modules (workloads/lm/pipeline_split.py: a stage
 with no blocks holds only the embeddings, or only the final LayerNorm and head), so what is
@@ -39,6 +40,7 @@ from harness.config.errors import BadInput, Unsupported, UsageError
 from harness.run.record import unique_stamp
 from harness.measure.timing import now
 from results.record import schema
+from results.stats.estimators import MIN_ORDER_PAIRS, median_interval_ranks
 
 SUBDIR = "profiles"
 KIND = schema.PROFILE_KIND  # config.json kind of a layer profile record
@@ -60,15 +62,47 @@ def _saved_bytes(fn) -> tuple[object, int]:
     return out, sum(seen.values())
 
 
-def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0) -> dict:
+PRECISION = 0.02  # default stop rule: the 95% interval of a cell's median pass within +-2%
+BUDGET_S = 4.0     # ... or this many seconds of timed passes per cell, whichever comes first
+
+
+def _stop(totals: list[float], started: float, repeats: int, cell_s: float, precision: float,
+          budget_s: float) -> str | None:
+    """Why a cell's sampling ends now, or None to go on. Never before `repeats` timed passes and
+    cell_s seconds (ranks profiled together stay busy together); then, with a precision target,
+    when the distribution-free 95% interval of the median pass (order statistics, as the run
+    engine's: results/stats/estimators.py) is within +-precision of it, or when budget_s has gone
+    by. Two profiles of the same four ranks twenty minutes apart once predicted the same plan 17%
+    apart with 3 passes a cell: the profile's own spread, not the model's, bounded the planner."""
+    elapsed = now() - started
+    if len(totals) < repeats or elapsed < cell_s:
+        return None
+    if precision <= 0:
+        return "repeats"
+    if _half_width(totals) <= precision:
+        return "precision"
+    return "budget" if elapsed >= max(budget_s, cell_s) else None
+
+
+def _half_width(samples: list[float]) -> float:
+    """The 95% interval of the median relative to it (+-); inf with too few samples for one."""
+    ranks = median_interval_ranks(len(samples)) if len(samples) >= MIN_ORDER_PAIRS else None
+    if ranks is None:
+        return float("inf")
+    a = sorted(samples)
+    return (a[ranks[1]] - a[ranks[0]]) / (2 * statistics.median(a))
+
+
+def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
+                budget_s: float = BUDGET_S) -> dict:
     """Median forward and backward seconds of `module` on make_input(), its saved bytes and
     its output's bytes. With loss_fn the backward starts from the loss, else from ones.
-    At least `repeats` timed passes, and more until cell_s seconds have gone by (so ranks
-    profiled together stay busy together: see measure)."""
+    Timed passes until _stop says (after one untimed: allocator and kernel warm-up); the row
+    keeps every sample, the interval's half-width reached and what ended the sampling."""
     fwd, bwd, saved, out_bytes = [], [], 0, 0
-    start = now()
+    start, ended = now(), None
     i = 0
-    while i <= repeats or now() - start < cell_s:  # the first pass is untimed (allocator and kernel warm-up)
+    while ended is None:
         x = make_input()
         module.zero_grad(set_to_none=True)
         t0 = now()
@@ -80,50 +114,62 @@ def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0) 
         if i:
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
+            ended = _stop([f + b for f, b in zip(fwd, bwd)], start, repeats, cell_s, precision, budget_s)
         else:
             start = now()  # the window counts timed passes only
         i += 1
     return {"fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd), "fwd_samples_s": fwd,
-            "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes}
+            "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes,
+            "half_width": _finite(_half_width([f + b for f, b in zip(fwd, bwd)])), "ended_by": ended}
 
 
-def _optimizer_s_per_param(wl, model, size, repeats: int) -> float:
+def _finite(x: float) -> float | None:
+    return x if x != float("inf") else None  # JSON has no infinity
+
+
+def _timed(fn, repeats: int, precision: float, budget_s: float) -> list[float]:
+    """Seconds of fn() per call: one untimed call, then calls until _stop says."""
+    fn()
+    times: list[float] = []
+    start = now()
+    while True:
+        t0 = now()
+        fn()
+        times.append(now() - t0)
+        if _stop(times, start, repeats, 0.0, precision, budget_s):
+            return times
+
+
+def _optimizer_s_per_param(wl, model, size, repeats: int, precision: float = 0.0, budget_s: float = BUDGET_S) -> float:
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     opt, _ = wl.build_optimizer(model, size, size.batch_size, 100)
-    times = []
-    for i in range(repeats + 1):
-        t0 = now()
-        opt.step()
-        if i:
-            times.append(now() - t0)
+    times = _timed(opt.step, repeats, precision, budget_s)
     return statistics.median(times) / sum(p.numel() for p in model.parameters())
 
 
-def _grad_copy_s_per_byte(model, repeats: int) -> float:
+def _grad_copy_s_per_byte(model, repeats: int, precision: float = 0.0, budget_s: float = BUDGET_S) -> float:
     """Seconds per gradient byte to copy every gradient into a persistent flat buffer and back:
     DDP's copy into its buckets (in the backward's hooks) and of the reduced bucket back into the
-    gradients (gradient_as_bucket_view off, torch's default). Median of `repeats` after one untimed."""
+    gradients (gradient_as_bucket_view off, torch's default). The median of the timed calls."""
     grads = [torch.randn_like(p) for p in model.parameters()]
     flat = torch.empty(sum(g.numel() for g in grads))
     views, at = [], 0
     for g in grads:
         views.append(flat[at:at + g.numel()].view_as(g))
         at += g.numel()
-    times = []
-    for i in range(repeats + 1):
-        t0 = now()
+
+    def both_ways():
         for v, g in zip(views, grads):
             v.copy_(g)
         for v, g in zip(views, grads):
             g.copy_(v)
-        if i:
-            times.append(now() - t0)
+    times = _timed(both_ways, repeats, precision, budget_s)
     return statistics.median(times) / (flat.numel() * flat.element_size())
 
 
 def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, barrier=None,
-            cell_s: float = 0.0) -> dict:
+            cell_s: float = 0.0, precision: float = 0.0, budget_s: float = BUDGET_S) -> dict:
     """The profile's figures (see the module docstring). Under a launcher every rank profiles at
     once, `barrier` between measurements and each one cell_s long at least, so each device is
     measured while the others load the machine as the training job will (alone, a rank held to
@@ -154,19 +200,22 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
             if barrier:
                 barrier()
             row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration
-                              (lambda out: wl.loss(out, y)) if kind == "head" else None, repeats, cell_s)
+                              (lambda out: wl.loss(out, y)) if kind == "head" else None, repeats, cell_s,
+                              precision, budget_s)
             layers[kind].append({"microbatch": mb, **row})
     return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
             "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,
+            "precision": precision, "budget_s": budget_s,
             "params": params, "tied_params": lm["tied_params"], "state_bytes_per_param": STATE_BYTES_PER_PARAM,
             "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
-            "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats),
-            "grad_copy_s_per_byte": _grad_copy_s_per_byte(model, repeats),
+            "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats, precision, budget_s),
+            "grad_copy_s_per_byte": _grad_copy_s_per_byte(model, repeats, precision, budget_s),
             "threads": torch.get_num_threads(), "layers": layers}
 
 
 def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cpus: float | None,
-        threads: int, root: Path, cell_s: float = 1.0) -> Path:
+        threads: int, root: Path, cell_s: float = 1.0, precision: float = PRECISION,
+        budget_s: float = BUDGET_S) -> Path:
     """Measure and record one profile; returns its folder. Under a launcher (mpiexec -n N)
     every rank profiles at once and writes its own record, held to its HARNESS_RANK_CPU share."""
     from harness.parallel import dist as dist_mod
@@ -204,12 +253,14 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
     started = time.time()
     schema.write_json(d / schema.CONFIG, {"kind": KIND, "run_id": run_id, "workload": workload, "size": size_name,
                                           "microbatches": microbatches, "repeats": repeats, "threads": threads,
-                                          "cpus": cpus, "record_version": schema.RECORD_VERSION})
+                                          "cpus": cpus, "precision": precision, "budget_s": budget_s,
+                                          "record_version": schema.RECORD_VERSION})
     schema.write_json(d / schema.ENV, envinfo.capture())
     schema.open_record(d, started)
     status, reason, summary = schema.FAILED, "", {}
     try:
-        summary = measure(workload, size_name, microbatches, repeats, barrier, cell_s if barrier else 0.0)
+        summary = measure(workload, size_name, microbatches, repeats, barrier, cell_s if barrier else 0.0,
+                          precision, budget_s)
         summary["constraint"] = quota.describe() if quota else {"cpus": None, "how": "unconstrained"}
         summary["profiled_with"] = {"ranks": info.world, "rank": info.rank, "cell_s": cell_s if barrier else 0.0}
         status = schema.FINISHED

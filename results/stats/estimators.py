@@ -9,6 +9,7 @@ Slowdowns stay < 1.0: nothing is clipped.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -95,6 +96,7 @@ MIN_ORDER_PAIRS = 6
 ORDER_STATS, T_LOG, NO_INTERVAL = "median, order statistics", "t on log ratios", "none (1 pair)"
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of n, called after every sample by stop rules
 def median_interval_ranks(n: int, level: float = CI) -> tuple[int, int] | None:
     """0-based ranks (lo, hi) of the sorted sample bounding the median with coverage >= level
     (P(Binomial(n, 1/2) < k) <= (1-level)/2 for the largest such k), or None when n is too small."""
