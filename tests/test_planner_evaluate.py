@@ -1,0 +1,88 @@
+"""A plan predicted again with other costs (results/planner/evaluate.py): with the costs it was
+made from it gives the plan's own figures back, planned and uniform; with a device twice as slow
+the same split (not a new one) is priced slower; what it cannot price is one line."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from results.planner import evaluate
+from results.planner import inventory
+from results.planner import search as planner
+from results.planner.inventory import PlanError
+from results.planner.links import LinkModel
+from tests.test_planner import _linear
+
+LINKS = inventory.Links(measured=False, busbw_gb_per_s=1.0, latency_us=100.0)
+
+
+def _setup(tmp_path, memory: float = 1e12):
+    inv = inventory.Inventory((inventory.DeviceKind("fast", 2, memory), inventory.DeviceKind("slow", 2, memory)), LINKS)
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
+    return inv, costs, LinkModel(LINKS, tmp_path)
+
+
+@pytest.mark.parametrize("strategy", ["dp", "pp"])
+def test_the_costs_a_plan_was_made_from_give_its_own_figures_back(strategy, tmp_path):
+    inv, costs, links = _setup(tmp_path)
+    p = planner.plan(inv, costs, links, 24, strategy)
+    assert p["strategy"] == strategy
+    for side, want in (("planned", p["predicted"]), ("uniform", p["uniform"]["predicted"])):
+        assert evaluate.step_s(p, inv, costs, links, side) == pytest.approx(want["step_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["dp", "pp"])
+def test_a_slower_profile_prices_the_same_split_slower(strategy, tmp_path):
+    inv, costs, links = _setup(tmp_path)
+    p = planner.plan(inv, costs, links, 24, strategy)
+    slower = {**costs, "slow": _linear("slow", 0.06)}  # the slow kind profiled twice as slow
+    before = evaluate.step_s(p, inv, costs, links)
+    after = evaluate.step_s(p, inv, slower, links)
+    assert after > before
+    # the split being priced is the plan's, not the one a new plan would choose
+    again = planner.plan(inv, slower, links, 24, strategy)
+    key = "batch_split" if strategy == "dp" else "pp_split"
+    if again[key] != p[key]:
+        assert after >= again["predicted"]["step_s"] - 1e-12  # the new plan is at least as good on its costs
+
+
+def test_data_parallel_repriced_is_the_closed_form_of_its_split(tmp_path):
+    """No overlap: the slowest rank's compute on its share, then the ring all-reduce."""
+    links_cfg = dataclasses.replace(LINKS, overlap=False)
+    inv = inventory.Inventory((inventory.DeviceKind("fast", 2, 1e12), inventory.DeviceKind("slow", 2, 1e12)), links_cfg)
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
+    links = LinkModel(links_cfg, tmp_path)
+    p = planner.plan(inv, costs, links, 24, "dp")
+    slower = {**costs, "slow": _linear("slow", 0.06)}
+    grads = costs["fast"].total_params * costs["fast"].grad_bytes_per_param
+    want = max(slower[k].sample_s(b) * b for k, b in zip(p["devices"], p["batch_split"])) + links.all_reduce_s(grads, 4)
+    assert evaluate.step_s(p, inv, slower, links) == pytest.approx(want, rel=1e-12)
+
+
+def test_what_it_cannot_price_is_one_line(tmp_path):
+    inv, costs, links = _setup(tmp_path)
+    p = planner.plan(inv, costs, links, 24, "dp")
+    with pytest.raises(PlanError, match="unknown side 'best'; valid: planned, uniform"):
+        evaluate.step_s(p, inv, costs, links, "best")
+    with pytest.raises(PlanError, match="cannot predict a 'kinds' plan again; valid strategies: dp, pp"):
+        evaluate.step_s({**p, "strategy": "kinds"}, inv, costs, links)
+
+
+def test_the_profile_samples_until_its_median_is_precise_or_the_budget_ends(monkeypatch):
+    """harness/planning/profile._stop on synthetic pass times, with a clock the test moves."""
+    from harness.planning import profile
+    clock = [0.0]
+    monkeypatch.setattr(profile, "now", lambda: clock[0])
+    steady = [1.0, 1.001, 0.999, 1.0, 1.002, 0.998]
+    assert profile._stop(steady[:2], 0.0, 2, 0.0, 0.0, 4.0) == "repeats"  # precision off: just the repeats
+    assert profile._stop(steady[:5], 0.0, 2, 0.0, 0.02, 4.0) is None  # 5 samples: no 95% interval of a median yet
+    assert profile._stop(steady, 0.0, 2, 0.0, 0.02, 4.0) == "precision"
+    assert profile._stop(steady, 0.0, 10, 0.0, 0.02, 4.0) is None  # never before `repeats` passes
+    clock[0] = 0.5
+    assert profile._stop(steady, 0.0, 2, 1.0, 0.02, 4.0) is None  # nor before cell_s (ranks busy together)
+    noisy = [1.0, 1.5, 0.7, 1.3, 0.9, 1.6, 0.8]
+    assert profile._stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) is None  # wide interval, budget left: go on
+    clock[0] = 4.0
+    assert profile._stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) == "budget"
+    assert profile._half_width(steady) == pytest.approx((1.002 - 0.998) / 2 / 1.0)
