@@ -15,9 +15,11 @@ from tests.helpers import app_page as _app_page
 
 CHECK = {"workload": "lm/small", "measured_at": "2026-11-30T23:59:00Z", "checks": [
     {"plan": "dp 2x", "split": [8, 4], "uniform_split": [6, 6], "cpus_by_rank": [1.0, 0.5],
-     "planned": {"predicted_step_s": 2.5, "measured_step_s": 2.6, "error": 2.5 / 2.6 - 1, "utilization_predicted": 0.97,
+     "planned": {"predicted_step_s": 2.5, "measured_step_s": 2.6, "error": 2.5 / 2.6 - 1, "error_bracketed": 2.55 / 2.6 - 1,
+                 "utilization_predicted": 0.97,
                  "utilization_measured": 0.95},
-     "uniform": {"predicted_step_s": 3.6, "measured_step_s": 3.5, "error": 3.6 / 3.5 - 1, "utilization_predicted": 0.66,
+     "uniform": {"predicted_step_s": 3.6, "measured_step_s": 3.5, "error": 3.6 / 3.5 - 1, "error_bracketed": 0.0,
+                 "utilization_predicted": 0.66,
                  "utilization_measured": 0.7},
      "planned_over_uniform_throughput": 3.5 / 2.6}]}
 
@@ -41,6 +43,9 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     want = plan_report.checks_frame(check)
     assert shown.to_dict("records") == want.to_dict("records")
     assert list(shown["error %"]) == [round(100 * (2.5 / 2.6 - 1), 1), round(100 * (3.6 / 3.5 - 1), 1)]
+    # the error with the profiles taken before and after the runs (their predictions' mean)
+    assert list(shown["error % (profiles before and after)"]) == [round(100 * (2.55 / 2.6 - 1), 1), 0.0]
+    assert "-1.9% and +0.0% with the profiles before and after the runs" in at.text[0].value
     assert at.text[0].value.splitlines() == plan_report.check_verdicts(check)
     assert "dp 2x: planned [8, 4] vs uniform [6, 6]: 1.35x the throughput" in at.text[0].value
     plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())

@@ -7,7 +7,10 @@ pipeline parallel (`harness plan`), run the planned split and the uniform one (d
 the same processes, alternating blocks, harness/run/interleave.py; pipelines: alternating launches),
 and each device alone on the whole global batch; then per plan the measured step time against
 the simulator's prediction, and utilization = mixed throughput / (sum of the devices' alone
-throughputs), measured and predicted.
+throughputs), measured and predicted. Both ranks are profiled again after the runs and every
+plan priced with that profile too (results/planner/evaluate.py: the same split): the runs lie
+between the two profiles, and the mean of the two predictions against them (`error_bracketed`)
+does not count the machine's drift over those minutes as the model's error.
 
 Each run's steps are timed by the harness itself (median steady step, the slowest rank's);
 load on the machine is read before and after every run and kept beside its figures. The
@@ -71,6 +74,30 @@ def _plan(env: dict, inv: Path, batch: int, strategy: str) -> dict:
     return json.loads(Path(out.split("plan: ")[-1].split()[0]).read_text())
 
 
+def _predict(plan: dict, inv_path: Path, links_root: Path, side: str = "planned") -> float:
+    """The plan's step (or its uniform split's) priced with the inventory's profiles: the same split."""
+    from harness.planning.plan import costs_for
+    from results.planner import evaluate, inventory
+    from results.planner.links import LinkModel
+    inv = inventory.load(inv_path)
+    return evaluate.step_s(plan, inv, costs_for(inv, "lm", SIZE), LinkModel(inv.links, links_root), side)
+
+
+def _profiles(held: dict, tmp: Path, fast: float, slow: float) -> dict[float, Path]:
+    """Both ranks profiled at once, each held as the job will hold it; the newest record of each."""
+    _harness(held, "profile", "lm", "--size", SIZE, "--microbatches", "1,2,4,8,12", "--repeats", "3",
+             "--threads", "1", "--cell-s", "1.0", ranks=2)
+    return {fast: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{fast}-r0-*")),
+            slow: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{slow}-r1-*"))}
+
+
+def _write_inventory(path: Path, kinds: dict[str, float], profiles: dict[float, Path]) -> Path:
+    path.write_text("devices:\n" + "".join(
+        f"  - {{kind: {k}, count: 1, memory_gb: 4, profile: {profiles[c]}}}\n" for k, c in kinds.items())
+        + "links: {collectives: measured, backend: gloo}\n")
+    return path
+
+
 def _dataset(tmp: Path) -> Path:
     wl = registry.get("lm")
     root = tmp / "lm-small-shortval"
@@ -79,7 +106,7 @@ def _dataset(tmp: Path) -> Path:
 
 
 def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus: dict,
-           homogeneous: dict | None = None) -> dict:
+           homogeneous: dict | None = None, after: dict | None = None) -> dict:
     """Predicted against measured for a plan's split and the uniform one. Utilization both ways:
     against each device alone on the whole batch, and as HETHUB counts it, against each kind's
     homogeneous job (here one device of the kind, on its share of the batch: `homogeneous`)."""
@@ -92,6 +119,7 @@ def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus:
         rows[which] = {"predicted_step_s": round(pred["step_s"], 4), "measured_step_s": round(step, 4),
                        "measured_steps_s": [round(r["median_step_s"], 4) for r in runs],
                        "error": round(pred["step_s"] / step - 1, 4),
+                       **_bracketed(pred["step_s"], (after or {}).get(which), step),
                        "utilization_predicted": round(pred["utilization"], 4),
                        "utilization_measured": round(batch / step / rate_alone, 4),
                        "utilization_seed_predicted": (None if pred.get("utilization_seed") is None
@@ -103,6 +131,15 @@ def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus:
     return {"plan": name, "split": split, "uniform_split": uniform, "cpus_by_rank": cpus,
             "microbatches": plan.get("microbatches"), "stage_order": plan.get("stage_order"), **rows,
             "planned_over_uniform_throughput": round(rows["uniform"]["measured_step_s"] / rows["planned"]["measured_step_s"], 3)}
+
+
+def _bracketed(before: float, after: float | None, measured: float) -> dict:
+    """The prediction from the profiles before and after the runs, averaged, against the runs."""
+    if after is None:
+        return {}
+    mid = (before + after) / 2
+    return {"predicted_after_s": round(after, 4), "predicted_bracketed_s": round(mid, 4),
+            "error_bracketed": round(mid / measured - 1, 4)}
 
 
 def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, rounds: int = 2) -> dict:
@@ -122,14 +159,8 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
             # links and profiles measured on the two ranks as the job will hold them, both at once
             _harness(held, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
                      "-n", "5", "--no-ingest", ranks=2)
-            _harness(held, "profile", "lm", "--size", SIZE, "--microbatches", "1,2,4,8,12", "--repeats", "3",
-                     "--threads", "1", "--cell-s", "1.0", ranks=2)
-            profiles = {FAST: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{FAST}-r0-*")),
-                        slow: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{slow}-r1-*"))}
-            inv = tmp / f"inventory-{ratio:g}.yaml"
-            inv.write_text("devices:\n" + "".join(
-                f"  - {{kind: {k}, count: 1, memory_gb: 4, profile: {profiles[c]}}}\n" for k, c in kinds.items())
-                + "links: {collectives: measured, backend: gloo}\n")
+            profiles = _profiles(held, tmp, FAST, slow)
+            inv = _write_inventory(tmp / f"inventory-{ratio:g}.yaml", kinds, profiles)
             alone = {k: _run(env, tmp, data_dir, [c], batch, []) for k, c in kinds.items()}
             # each kind's homogeneous job (one device of it here) on its share of the batch, as the planner's
             # homogeneous_rates counts it: the seed utilization's denominator, measured
@@ -157,8 +188,12 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
                     measured["pp"][which].append(_run(env, tmp, data_dir, pp_cpus[which], batch, [
                         "parallel.pp=2", f"parallel.microbatches={pp['microbatches']}",
                         f"parallel.pp_split={','.join(map(str, split))}"]))
-            checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus, homogeneous),
-                      _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus, homogeneous)]
+            # the profile again after the runs, each plan priced with it too: the runs lie between the two
+            # profiles, so drift between a profile and runs minutes later is not counted as the model's error
+            inv_after = _write_inventory(tmp / f"inventory-{ratio:g}-after.yaml", kinds, _profiles(held, tmp, FAST, slow))
+            after = {s: {w: _predict(p, inv_after, tmp, w) for w in ("planned", "uniform")} for s, p in (("dp", dp), ("pp", pp))}
+            checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus, homogeneous, after["dp"]),
+                      _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus, homogeneous, after["pp"])]
             lo, hi = got["ci95"]
             predicted = dp["uniform"]["predicted"]["step_s"] / dp["predicted"]["step_s"]
             checks[0]["interleaved"] = {  # the drift-free comparison: planned over uniform, both in one process
@@ -179,6 +214,8 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
         "seed_utilization_at_least_0.95": all((c["planned"]["utilization_seed_measured"] or 0) >= 0.95
                                               for c in out["checks"]),
         "prediction_within_5pct": all(abs(c[w]["error"]) <= 0.05 for c in out["checks"] for w in ("planned", "uniform")),
+        "prediction_bracketed_within_5pct": all(abs(c[w]["error_bracketed"]) <= 0.05 for c in out["checks"]
+                                                for w in ("planned", "uniform")),
         "dp_speedup_prediction_within_5pct_interleaved": all(abs(c["interleaved"]["error"]) <= 0.05
                                                              for c in out["checks"] if "interleaved" in c)}
     d = results_root() / plan_report.SUBDIR

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from harness.bench.launch import run_harness
-from harness.bench.planner import SIZE, _dataset, _plan, _run
+from harness.bench.planner import SIZE, _dataset, _plan, _predict, _run
 from harness.parallel import cpu_quota as rank_cpu
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
@@ -74,15 +74,6 @@ def _profile(held: dict, tmp: Path, kinds: dict[str, float], r: int) -> dict[str
             for k, c in kinds.items()}
 
 
-def _predict(plan: dict, inv_path: Path, links_root: Path, batch: int) -> float:
-    """The plan's step priced with the inventory's (this round's) profiles: the same split."""
-    from harness.planning.plan import costs_for
-    from results.planner import evaluate, inventory
-    from results.planner.links import LinkModel
-    inv = inventory.load(inv_path)
-    return evaluate.step_s(plan, inv, costs_for(inv, "lm", SIZE), LinkModel(inv.links, links_root))
-
-
 def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> dict:
     reason = rank_cpu.unavailable()
     if reason:
@@ -117,7 +108,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
                     jobs[shape] = {"mixed": (_plan(env, invs["mixed"], batch, shape), batch),
                                    **{k: (_plan(env, invs[k], batch // 2, "auto"), batch // 2) for k in kinds}}
                 for name, (p, b) in jobs[shape].items():  # alternate launches: drift hits every job alike
-                    pred = _predict(p, invs[name], tmp, b)
+                    pred = _predict(p, invs[name], tmp)
                     sets, cpus = _runnable(p, kinds)
                     meas = _run(env, tmp, data_dir, cpus, b, sets)["median_step_s"]
                     steps[shape].setdefault(name, []).append(meas)

@@ -32,7 +32,7 @@ estimate without both numbers is a PlanError: one line, exit 2 at the CLI.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from results.record import schema
@@ -173,10 +173,8 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
         lk = Links(measured=False, busbw_gb_per_s=_positive(f"{source}: links", "busbw_gb_per_s", links.get("busbw_gb_per_s")),
                    latency_us=_positive(f"{source}: links", "latency_us", links.get("latency_us")))
     if "pcie_gb_per_s" in links:
-        from dataclasses import replace
         lk = replace(lk, pcie_gb_per_s=_positive(f"{source}: links", "pcie_gb_per_s", links["pcie_gb_per_s"]))
     if "overlap" in links:
-        from dataclasses import replace
         if not isinstance(links["overlap"], bool):
             raise PlanError(f"{source}: links.overlap must be true or false; got {links['overlap']!r}")
         lk = replace(lk, overlap=links["overlap"])

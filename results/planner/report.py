@@ -46,6 +46,9 @@ def checks_frame(check: dict) -> pd.DataFrame:
                          "predicted step ms": round(1000 * r["predicted_step_s"], 1),
                          "measured step ms": round(1000 * r["measured_step_s"], 1),
                          "error %": round(100 * r["error"], 1),
+                         # checks since 2026-12-03 profile again after the runs: the two predictions' mean
+                         "error % (profiles before and after)": (round(100 * r["error_bracketed"], 1)
+                                                                 if "error_bracketed" in r else None),
                          "utilization predicted": r["utilization_predicted"],
                          "utilization measured": r["utilization_measured"]})
     return pd.DataFrame(rows)
@@ -58,7 +61,10 @@ def check_verdicts(check: dict) -> list[str]:
         p, u = c["planned"], c["uniform"]
         out.append(f"{c['plan']}: planned {c['split']} vs uniform {c['uniform_split']}: "
                    f"{c['planned_over_uniform_throughput']:.2f}x the throughput; simulator error "
-                   f"{100 * p['error']:+.1f}% (planned), {100 * u['error']:+.1f}% (uniform); utilization "
+                   f"{100 * p['error']:+.1f}% (planned), {100 * u['error']:+.1f}% (uniform)"
+                   + (f", {100 * p['error_bracketed']:+.1f}% and {100 * u['error_bracketed']:+.1f}% with the profiles "
+                      f"before and after the runs" if "error_bracketed" in p and "error_bracketed" in u else "")
+                   + "; utilization "
                    f"{p['utilization_measured']:.3f} measured, {p['utilization_predicted']:.3f} predicted")
     return out
 
