@@ -97,6 +97,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
             # a fresh profile each round, just before the round's runs: the machine's drift between
             # a profile and a run twenty minutes later is not the model's error (results/planner/evaluate.py)
             profiles = _profile(held, tmp, kinds, r)
+            out.setdefault("profiled", []).append(_profiled(profiles))
             if r == 0:
                 split_gb = min(_split_memory_gb(p) for p in profiles.values())
                 memory = {"dp": 4.0, "pp": split_gb}
@@ -123,6 +124,22 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
                                                             for c in out["checks"].values()),
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
+    return out
+
+
+def _profiled(profiles: dict[str, Path]) -> dict:
+    """What a round's profile says of each kind: whole-model seconds per sample at microbatch 1
+    (the pipelines') and 8 (data parallel's fast share), how many of its figures reached the
+    precision target, and the quota it was held to (so a round that profiled fast can be explained)."""
+    import json
+    from results.planner.layer_costs import from_profile
+    out = {}
+    for k, d in profiles.items():
+        c, s = from_profile(k, d), json.loads((d / "summary.json").read_text())
+        rows = [r for rs in s["layers"].values() for r in rs]
+        out[k] = {"sample_s_mb1": round(c.sample_s(1), 4), "sample_s_mb8": round(c.sample_s(8), 4),
+                  "precise": f"{sum(r.get('ended_by') == 'precision' for r in rows)} of {len(rows)}",
+                  "constraint": s.get("constraint"), "record": d.name}
     return out
 
 
