@@ -5,8 +5,9 @@ time and memory).
 Per layer kind — the embeddings, one transformer block, the head with the loss — and per
 microbatch size: forward and backward seconds (the median of timed passes after one untimed:
 at least `repeats`, then until the median's 95% interval is within --precision, default +-2%,
-or --budget-s seconds have gone by; the row says which ended it), the bytes autograd saves for backward (activation memory, counted by
-saved_tensors_hooks, each storage once) and the output's bytes (what a stage boundary sends).
+or --budget-s seconds have gone by; the row says which ended it), the bytes autograd saves for
+backward (activation memory, counted by saved_tensors_hooks, each storage once) and the
+output's bytes (what a stage boundary sends).
 Per model: parameters per layer kind, the optimizer's step time per parameter (AdamW over
 the whole model, timed the same way), and what copying every gradient into one flat buffer and
 back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
@@ -99,7 +100,7 @@ def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0, 
     its output's bytes. With loss_fn the backward starts from the loss, else from ones.
     Timed passes until _stop says (after one untimed: allocator and kernel warm-up); the row
     keeps every sample, the interval's half-width reached and what ended the sampling."""
-    fwd, bwd, saved, out_bytes = [], [], 0, 0
+    fwd, bwd, totals, saved, out_bytes = [], [], [], 0, 0
     start, ended = now(), None
     i = 0
     while ended is None:
@@ -114,13 +115,14 @@ def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0, 
         if i:
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
-            ended = _stop([f + b for f, b in zip(fwd, bwd)], start, repeats, cell_s, precision, budget_s)
+            totals.append(t2 - t0)
+            ended = _stop(totals, start, repeats, cell_s, precision, budget_s)
         else:
             start = now()  # the window counts timed passes only
         i += 1
     return {"fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd), "fwd_samples_s": fwd,
             "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes,
-            "half_width": _finite(_half_width([f + b for f, b in zip(fwd, bwd)])), "ended_by": ended}
+            "half_width": _finite(_half_width(totals)), "ended_by": ended}
 
 
 def _finite(x: float) -> float | None:
