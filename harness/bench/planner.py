@@ -33,7 +33,7 @@ from harness.config import registry
 from harness.comm.bench import load_now
 from results.planner import report as plan_report
 from results.record.paths import results_root
-from harness.bench.launch import other_side_median, run_harness, run_interleaved, run_recorded
+from harness.bench.launch import other_side_median, profile_ranks, run_harness, run_interleaved, run_recorded
 
 SIZE = "small"
 FAST = 1.0
@@ -83,12 +83,10 @@ def _predict(plan: dict, inv_path: Path, links_root: Path, side: str = "planned"
     return evaluate.step_s(plan, inv, costs_for(inv, "lm", SIZE), LinkModel(inv.links, links_root), side)
 
 
-def _profiles(held: dict, tmp: Path, fast: float, slow: float) -> dict[float, Path]:
-    """Both ranks profiled at once, each held as the job will hold it; the newest record of each."""
-    _harness(held, "profile", "lm", "--size", SIZE, "--microbatches", "1,2,4,8,12", "--repeats", "3",
-             "--threads", "1", "--cell-s", "1.0", ranks=2)
-    return {fast: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{fast}-r0-*")),
-            slow: max((tmp / "profiles").glob(f"profile-lm-{SIZE}-cpus{slow}-r1-*"))}
+def _profiles(held: dict, out: Path, fast: float, slow: float) -> dict[float, Path]:
+    """Both ranks profiled at once, each held as the job will hold it (rank 0 fast, rank 1 slow)."""
+    r0, r1 = profile_ranks(held, out, 2, "lm", SIZE)
+    return {fast: r0, slow: r1}
 
 
 def _write_inventory(path: Path, kinds: dict[str, float], profiles: dict[float, Path]) -> Path:
@@ -159,7 +157,7 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
             # links and profiles measured on the two ranks as the job will hold them, both at once
             _harness(held, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
                      "-n", "5", "--no-ingest", ranks=2)
-            profiles = _profiles(held, tmp, FAST, slow)
+            profiles = _profiles(held, tmp / f"profile-{ratio:g}-before", FAST, slow)
             inv = _write_inventory(tmp / f"inventory-{ratio:g}.yaml", kinds, profiles)
             alone = {k: _run(env, tmp, data_dir, [c], batch, []) for k, c in kinds.items()}
             # each kind's homogeneous job (one device of it here) on its share of the batch, as the planner's
@@ -190,7 +188,8 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
                         f"parallel.pp_split={','.join(map(str, split))}"]))
             # the profile again after the runs, each plan priced with it too: the runs lie between the two
             # profiles, so drift between a profile and runs minutes later is not counted as the model's error
-            inv_after = _write_inventory(tmp / f"inventory-{ratio:g}-after.yaml", kinds, _profiles(held, tmp, FAST, slow))
+            inv_after = _write_inventory(tmp / f"inventory-{ratio:g}-after.yaml", kinds,
+                                         _profiles(held, tmp / f"profile-{ratio:g}-after", FAST, slow))
             after = {s: {w: _predict(p, inv_after, tmp, w) for w in ("planned", "uniform")} for s, p in (("dp", dp), ("pp", pp))}
             checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus, homogeneous, after["dp"]),
                       _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus, homogeneous, after["pp"])]

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from harness.bench.launch import run_harness
+from harness.bench.launch import profile_ranks, run_harness
 from harness.bench.planner import SIZE, _dataset, _plan, _predict, _run
 from harness.parallel import cpu_quota as rank_cpu
 
@@ -66,12 +66,10 @@ def _split_memory_gb(profile: Path) -> float:
 
 
 def _profile(held: dict, tmp: Path, kinds: dict[str, float], r: int) -> dict[str, Path]:
-    """All four ranks profiled at once, each held to its quota; each kind's record (its first rank's)."""
-    out = tmp / f"round{r}"
-    run_harness({**held, "HARNESS_RESULTS": str(out)}, 4, "profile", "lm", "--size", SIZE,
-                "--microbatches", "1,2,4,8,12", "--repeats", "3", "--threads", "1", "--cell-s", "1.0")
-    return {k: max((out / "profiles").glob(f"profile-lm-{SIZE}-cpus{c:g}-r{0 if c == FAST else 2}-*"))
-            for k, c in kinds.items()}
+    """All four ranks profiled at once, each held to its quota; each kind's record (its first rank's:
+    ranks 0, 1 are fast and 2, 3 slow, as `held` says)."""
+    ranks = profile_ranks(held, tmp / f"round{r}", 4, "lm", SIZE)
+    return {k: ranks[0 if c == FAST else 2] for k, c in kinds.items()}
 
 
 def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> dict:
