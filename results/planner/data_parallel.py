@@ -65,7 +65,7 @@ def balanced_shares(devices: list[str], costs: dict[str, Costs], caps: dict[str,
     return shares
 
 
-def _dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, relay: bool = False) -> dict:
+def dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, relay: bool = False) -> dict:
     """The step of data parallel over `devices` with these shares. With overlap (what DDP does
     where the collectives do not share the compute's processors: links.overlaps) the gradient
     all-reduce runs in DDP's buckets during the backward (schedule.Overlap); the buckets are
@@ -136,11 +136,11 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     out = {"strategy": "dp", "devices": devices, "batch_split": shares, "uniform": {"batch_split": even}}
     if recompute:
         out["recompute"] = list(recompute)
-    relay = _any_relay(inv)
+    relay = any_relay(inv)
     out["host_relay"] = relay
     out["ddp_overlap"] = links.overlaps
     for key, sh, where in (("predicted", shares, out), ("predicted", even, out["uniform"])):
-        sim = _dp_predict(devices, sh, costs, links, overlap=links.overlaps, relay=relay)
+        sim = dp_predict(devices, sh, costs, links, overlap=links.overlaps, relay=relay)
         fits = all(b <= caps[k] for k, b in zip(devices, sh))
         where[key] = {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"],
                       "utilization": utilization(batch / sim["step_s"], devices, costs, batch),
@@ -149,7 +149,7 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     return out
 
 
-def _any_relay(inv: Inventory) -> bool:
+def any_relay(inv: Inventory) -> bool:
     """Whether some pair of kinds takes the relay (relay_between): two named libraries differ.
     By the set of libraries, not over pairs (10,000 kinds would be 10^8 pairs)."""
     return len({d.library for d in inv.devices if d.library is not None}) > 1

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
-from results.planner.data_parallel import _any_relay, _dp_predict
+from results.planner.data_parallel import any_relay, dp_predict
 from results.planner.inventory import Inventory, PlanError
 from results.planner.layer_costs import Costs, Recomputed
 from results.planner.links import LinkModel
-from results.planner.pipeline_plan import _pp_predict, _relay_fn, stages_for
+from results.planner.pipeline_plan import pp_predict, relay_fn, stages_for
 
 SIDES = ("planned", "uniform")
 
@@ -29,7 +29,7 @@ def step_s(plan: dict, inv: Inventory, costs: dict[str, Costs], links: LinkModel
     if strategy == "dp":
         split = plan["batch_split"] if side == "planned" else plan["uniform"]["batch_split"]
         cs = {k: Recomputed(c) if k in plan.get("recompute", ()) else c for k, c in costs.items()}
-        return _dp_predict(plan["devices"], split, cs, links, overlap=links.overlaps, relay=_any_relay(inv))["step_s"]
+        return dp_predict(plan["devices"], split, cs, links, overlap=links.overlaps, relay=any_relay(inv))["step_s"]
     if strategy == "pp":
         where = plan if side == "planned" else plan["uniform"]
         kinds, split, m = where["stage_order"], where["pp_split"], where["microbatches"]
@@ -38,5 +38,5 @@ def step_s(plan: dict, inv: Inventory, costs: dict[str, Costs], links: LinkModel
         stages = stages_for(kinds, costs, memory, split, b, m, schedule)
         if stages is None:  # the fresh profile says it no longer fits: priced as if it did, as the uniform one is
             stages = stages_for(kinds, costs, {k: math.inf for k in memory}, split, b, m, schedule)
-        return _pp_predict(stages, costs, links, b, m, plan["replicas"], schedule, _relay_fn(inv))["step_s"]
+        return pp_predict(stages, costs, links, b, m, plan["replicas"], schedule, relay_fn(inv))["step_s"]
     raise PlanError(f"cannot predict a {strategy!r} plan again; valid strategies: dp, pp")

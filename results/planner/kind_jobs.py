@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from results.planner.data_parallel import _any_relay, dp_plan
+from results.planner.data_parallel import any_relay, dp_plan
 from results.planner.inventory import Inventory, PlanError
 from results.planner.labels import label
 from results.planner.layer_costs import Costs
@@ -92,7 +92,7 @@ def kinds_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
     shares = best[1]
     uniform = _split(inv, q, {d.kind: d.count / sum(x.count for x in inv.devices) for d in inv.devices}, batch)
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
-    relay = _any_relay(inv)
+    relay = any_relay(inv)
     out = {"strategy": "kinds", "devices": devices, "host_relay": relay, "jobs": {}}
     for name, sh in (("predicted", shares), ("uniform", uniform)):
         jobs = {d.kind: job(d, sh[d.kind]) for d in inv.devices}

@@ -84,8 +84,8 @@ def stages_for(kinds, costs, memory, split, b, m, schedule) -> list[dict] | None
     return out
 
 
-def _pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str,
-                relay=lambda a, b: False) -> dict:
+def pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str,
+               relay=lambda a, b: False) -> dict:
     """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
     host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
     between the first and last stage). A stage's data-parallel all-reduce stays among its own kind."""
@@ -133,7 +133,8 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
     return sc
 
 
-def _relay_fn(inv: Inventory):
+def relay_fn(inv: Inventory):
+    """relay(kind_a, kind_b) for pp_predict: whether those kinds' traffic takes the host relay."""
     by = {d.kind: d for d in inv.devices}
     return lambda a, b: relay_between(by[a], by[b])
 
@@ -187,7 +188,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
                         f"M >= P); raise --global-batch or use --schedule gpipe")
     memory = {d.kind: d.memory_bytes for d in inv.devices}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
-    relay = _relay_fn(inv)
+    relay = relay_fn(inv)
     orders = _orders(per, inv, costs)
     best, memo = None, {}
     for lb0, m in sorted((_balanced_bound(per, costs, per_replica // m, m), m) for m in ms):
@@ -239,7 +240,7 @@ def pp_uniform(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
     fits = ust is not None
     if not fits:  # what it would take with memory to spare, marked as not fitting
         ust = stages_for(uniform_kinds, costs, {k: math.inf for k in memory}, even, b, m, schedule)
-    usim = _pp_predict(ust, costs, links, b, m, g, schedule, _relay_fn(inv))
+    usim = pp_predict(ust, costs, links, b, m, g, schedule, relay_fn(inv))
     return {"pp_split": even, "stage_order": uniform_kinds, "microbatches": m, "stages": ust,
             "predicted": {**_pp_figures(usim, batch, plan["devices"], costs), "fits_memory": fits}}
 
