@@ -31,16 +31,27 @@ BLOCK_STEPS, ROUNDS, WARMUP = 4, 8, 3
 
 
 def _worker(out: str, size: str = "small", batch: int = 1) -> None:
+    from harness.parallel import dist
+    from harness.parallel import cpu_quota
+    info = dist.from_env()
+    dist.init(info, "cpu")
+    quota = cpu_quota.apply(info.rank, info.world)  # HARNESS_RANK_CPU, when the bench sets it
+    try:
+        _overlap_blocks(info, out, size, batch)
+    finally:  # the rank's cgroup goes whatever the measurement did
+        if quota:
+            quota.release()
+    dist.shutdown()
+
+
+def _overlap_blocks(info, out: str, size: str, batch: int) -> None:
+    """Overlap against no overlap in A B B A blocks on this rank; rank 0 writes the figures to `out`."""
     import torch
     import torch.distributed as td
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from harness.config import registry
     from harness.parallel import dist
-    from harness.parallel import cpu_quota
-    info = dist.from_env()
-    dist.init(info, "cpu")
-    quota = cpu_quota.apply(info.rank, info.world)  # HARNESS_RANK_CPU, when the bench sets it
     if dist.cpu_threads():
         torch.set_num_threads(dist.cpu_threads())
     wl = registry.get("lm")
@@ -107,9 +118,6 @@ def _worker(out: str, size: str = "small", batch: int = 1) -> None:
         Path(out).write_text(json.dumps({"times": times, "fwd_s": float(fb[0]), "bwd_s": float(fb[1]),
                                          "buckets": buckets, "grad_bytes": total, "allreduce_s": comm,
                                          "threads": torch.get_num_threads(), "size": size, "batch": batch}))
-    if quota:
-        quota.release()
-    dist.shutdown()
 
 
 def ddp_overlap_bench(ranks: int = 2, held_cpus: float = 0.25) -> dict:
