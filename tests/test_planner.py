@@ -275,15 +275,20 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
     recs = sorted((tmp_path / "profiles").glob("profile-lm-tiny-*"))
     assert len(recs) == 2
     ranks = set()
+    passes_held = []
     for r in recs:
         s = json.loads((r / "summary.json").read_text())
         rank = s["profiled_with"]["rank"]
         ranks.add(rank)
         assert s["profiled_with"]["ranks"] == 2 and f"-r{rank}-" in r.name
+        assert s["profiled_with"]["ended"] == "together"
         assert s["constraint"]["cpus"] == ([1.0, 0.5][rank] if held else None)
         # each measurement lasted at least cell_s: more passes than the repeats asked for
         assert len(s["layers"]["embedding"][0]["fwd_samples_s"]) > 1
+        passes_held.append([row["held_passes"] for rows in s["layers"].values() for row in rows])
     assert ranks == {0, 1}
+    # a cell ends when the last rank's rule is met, and that rank runs no pass past it
+    assert all(min(cell) == 0 for cell in zip(*passes_held)), passes_held
 
 
 @settings(max_examples=200, deadline=None)

@@ -86,3 +86,45 @@ def test_the_profile_samples_until_its_median_is_precise_or_the_budget_ends(monk
     clock[0] = 4.0
     assert profile._stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) == "budget"
     assert profile._half_width(steady) == pytest.approx((1.002 - 0.998) / 2 / 1.0)
+
+
+def test_a_cohort_ends_a_cell_only_when_every_rank_has_met_its_rule():
+    """harness/planning/cohort.Cohort on torch's own key-value store, three ranks in one process."""
+    import torch.distributed as td
+
+    from harness.planning.cohort import Cohort
+    store = td.HashStore()
+    starts = []
+    ranks = [Cohort(lambda: starts.append(1), td.PrefixStore("p", store), 3) for _ in range(3)]
+    for c in ranks:
+        c.start()
+    assert not ranks[0].done(True)  # its rule is met; the others' are not: it samples on
+    assert not ranks[0].done(True)  # said once only: asking again does not count it twice
+    assert not ranks[1].done(False) and not ranks[2].done(False)
+    assert not ranks[1].done(True)
+    assert ranks[2].done(True)  # the last rank's rule met: the cell ends for it ...
+    assert ranks[0].done(False) and ranks[1].done(True)  # ... and for the others at their next pass
+    for c in ranks:
+        c.start()  # a new cell counts afresh
+    assert not ranks[0].done(True) and len(starts) == 6
+
+
+def test_in_a_cohort_a_layer_is_timed_until_every_rank_is_done(monkeypatch):
+    """_time_layer with a cohort that ends after its peers: passes go on after this rank's rule
+    was met, are kept, and counted as held."""
+    import torch
+
+    from harness.planning import profile
+
+    class Peers:  # this rank's rule is met at once; the peers' after 5 more of its passes
+        def __init__(self):
+            self.asked = 0
+
+        def done(self, mine):
+            self.asked += mine
+            return self.asked > 5
+
+    row = profile._time_layer(torch.nn.Linear(4, 4), lambda: torch.ones(2, 4), None, repeats=1, cohort=Peers())
+    assert row["ended_by"] == "repeats" and row["held_passes"] == 5 and len(row["fwd_samples_s"]) == 6
+    alone = profile._time_layer(torch.nn.Linear(4, 4), lambda: torch.ones(2, 4), None, repeats=1)
+    assert alone["held_passes"] == 0 and len(alone["fwd_samples_s"]) == 1

@@ -19,8 +19,9 @@ with no blocks holds only the embeddings, or only the final LayerNorm and head),
 timed is what a stage runs. `--cpus Q` holds the process to Q CPUs (harness/parallel/cpu_quota.py) to
 profile a slower device kind for real. Under a launcher (`mpiexec -n 2 ... profile` with
 HARNESS_RANK_CPU="1,0.5") the ranks profile at once, each as its share holds it, each measurement
-at least --cell-s seconds long and started together, so every device is measured while the
-others load the machine as they will in training; each rank writes its own record.
+at least --cell-s seconds long, started together and ended together (harness/planning/cohort.py:
+a rank whose rule is met samples on until every rank's is), so every device is measured while
+the others load the machine as they will in training; each rank writes its own record.
 
 Written like a run record under results/profiles/<id>/ (config.json with kind "profile",
 env.json, summary.json with the figures, status.json last).
@@ -94,16 +95,24 @@ def _half_width(samples: list[float]) -> float:
     return (a[ranks[1]] - a[ranks[0]]) / (2 * statistics.median(a))
 
 
+def _ended(totals: list[float], start: float, mine: str | None, cohort, rule: tuple) -> tuple[str | None, bool]:
+    """(this rank's reason, once its rule is met; whether the cell ends now): alone, when the
+    rule is met; in a cohort, when every rank's has been (harness/planning/cohort.py)."""
+    mine = mine or _stop(totals, start, *rule)
+    return mine, (mine is not None) if cohort is None else cohort.done(mine is not None)
+
+
 def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
-                budget_s: float = BUDGET_S) -> dict:
+                budget_s: float = BUDGET_S, cohort=None) -> dict:
     """Median forward and backward seconds of `module` on make_input(), its saved bytes and
     its output's bytes. With loss_fn the backward starts from the loss, else from ones.
-    Timed passes until _stop says (after one untimed: allocator and kernel warm-up); the row
-    keeps every sample, the interval's half-width reached and what ended the sampling."""
+    Timed passes until _stop says (after one untimed: allocator and kernel warm-up) and, in a
+    cohort, until every rank's rule has; the row keeps every sample, the interval's half-width
+    reached, what ended this rank's rule and how many passes it then ran while peers sampled."""
     fwd, bwd, totals, saved, out_bytes = [], [], [], 0, 0
-    start, ended = now(), None
+    start, mine, over, held = now(), None, False, 0
     i = 0
-    while ended is None:
+    while not over:
         x = make_input()
         module.zero_grad(set_to_none=True)
         t0 = now()
@@ -116,41 +125,47 @@ def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0, 
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             totals.append(t2 - t0)
-            ended = _stop(totals, start, repeats, cell_s, precision, budget_s)
+            held += mine is not None
+            mine, over = _ended(totals, start, mine, cohort, (repeats, cell_s, precision, budget_s))
         else:
             start = now()  # the window counts timed passes only
         i += 1
     return {"fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd), "fwd_samples_s": fwd,
             "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes,
-            "half_width": _finite(_half_width(totals)), "ended_by": ended}
+            "half_width": _finite(_half_width(totals)), "ended_by": mine, "held_passes": held}
 
 
 def _finite(x: float) -> float | None:
     return x if x != float("inf") else None  # JSON has no infinity
 
 
-def _timed(fn, repeats: int, precision: float, budget_s: float) -> list[float]:
-    """Seconds of fn() per call: one untimed call, then calls until _stop says."""
+def _timed(fn, repeats: int, precision: float, budget_s: float, cohort=None) -> list[float]:
+    """Seconds of fn() per call: one untimed call, then calls until _stop says (in a cohort:
+    started together, and until every rank's rule has)."""
+    if cohort:
+        cohort.start()
     fn()
     times: list[float] = []
-    start = now()
-    while True:
+    start, mine, over = now(), None, False
+    while not over:
         t0 = now()
         fn()
         times.append(now() - t0)
-        if _stop(times, start, repeats, 0.0, precision, budget_s):
-            return times
+        mine, over = _ended(times, start, mine, cohort, (repeats, 0.0, precision, budget_s))
+    return times
 
 
-def _optimizer_s_per_param(wl, model, size, repeats: int, precision: float = 0.0, budget_s: float = BUDGET_S) -> float:
+def _optimizer_s_per_param(wl, model, size, repeats: int, precision: float = 0.0, budget_s: float = BUDGET_S,
+                           cohort=None) -> float:
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     opt, _ = wl.build_optimizer(model, size, size.batch_size, 100)
-    times = _timed(opt.step, repeats, precision, budget_s)
+    times = _timed(opt.step, repeats, precision, budget_s, cohort)
     return statistics.median(times) / sum(p.numel() for p in model.parameters())
 
 
-def _grad_copy_s_per_byte(model, repeats: int, precision: float = 0.0, budget_s: float = BUDGET_S) -> float:
+def _grad_copy_s_per_byte(model, repeats: int, precision: float = 0.0, budget_s: float = BUDGET_S,
+                          cohort=None) -> float:
     """Seconds per gradient byte to copy every gradient into a persistent flat buffer and back:
     DDP's copy into its buckets (in the backward's hooks) and of the reduced bucket back into the
     gradients (gradient_as_bucket_view off, torch's default). The median of the timed calls."""
@@ -166,14 +181,15 @@ def _grad_copy_s_per_byte(model, repeats: int, precision: float = 0.0, budget_s:
             v.copy_(g)
         for v, g in zip(views, grads):
             g.copy_(v)
-    times = _timed(both_ways, repeats, precision, budget_s)
+    times = _timed(both_ways, repeats, precision, budget_s, cohort)
     return statistics.median(times) / (flat.numel() * flat.element_size())
 
 
-def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, barrier=None,
+def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, cohort=None,
             cell_s: float = 0.0, precision: float = 0.0, budget_s: float = BUDGET_S) -> dict:
     """The profile's figures (see the module docstring). Under a launcher every rank profiles at
-    once, `barrier` between measurements and each one cell_s long at least, so each device is
+    once, in a `cohort` (harness/planning/cohort.py: each measurement started together, ended
+    together and cell_s long at least), so each device is
     measured while the others load the machine as the training job will (alone, a rank held to
     0.5 CPU measured 25% faster per block than it ran inside a 2-rank pipeline)."""
     wl = registry.get(workload)
@@ -199,19 +215,19 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     for mb in microbatches:
         y = lm["target"](mb)
         for kind, (module, make) in measured.items():
-            if barrier:
-                barrier()
+            if cohort:
+                cohort.start()
             row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration
                               (lambda out: wl.loss(out, y)) if kind == "head" else None, repeats, cell_s,
-                              precision, budget_s)
+                              precision, budget_s, cohort)
             layers[kind].append({"microbatch": mb, **row})
     return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
             "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,
             "precision": precision, "budget_s": budget_s,
             "params": params, "tied_params": lm["tied_params"], "state_bytes_per_param": STATE_BYTES_PER_PARAM,
             "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
-            "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats, precision, budget_s),
-            "grad_copy_s_per_byte": _grad_copy_s_per_byte(model, repeats, precision, budget_s),
+            "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats, precision, budget_s, cohort),
+            "grad_copy_s_per_byte": _grad_copy_s_per_byte(model, repeats, precision, budget_s, cohort),
             "threads": torch.get_num_threads(), "layers": layers}
 
 
@@ -230,12 +246,12 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
     if not microbatches or min(microbatches) < 1:
         raise UsageError(f"profile: --microbatches must be sizes >= 1, e.g. 1,2,4; got {microbatches}")
     info = dist_mod.from_env()
-    barrier = None
+    cohort = None
     quota = None
     if info.world > 1:
-        import torch.distributed as td
+        from harness.planning.cohort import of_process_group
         dist_mod.init(info, "cpu")
-        barrier = td.barrier
+        cohort = of_process_group()
     if cpus is not None:
         reason = rank_cpu.unavailable()
         if reason:
@@ -261,10 +277,11 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
     schema.open_record(d, started)
     status, reason, summary = schema.FAILED, "", {}
     try:
-        summary = measure(workload, size_name, microbatches, repeats, barrier, cell_s if barrier else 0.0,
+        summary = measure(workload, size_name, microbatches, repeats, cohort, cell_s if cohort else 0.0,
                           precision, budget_s)
         summary["constraint"] = quota.describe() if quota else {"cpus": None, "how": "unconstrained"}
-        summary["profiled_with"] = {"ranks": info.world, "rank": info.rank, "cell_s": cell_s if barrier else 0.0}
+        summary["profiled_with"] = {"ranks": info.world, "rank": info.rank, "cell_s": cell_s if cohort else 0.0,
+                                    "ended": "together" if cohort else "alone"}
         status = schema.FINISHED
     except Exception as e:  # noqa: BLE001 - the record says what failed
         reason = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -273,6 +290,6 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
         if quota:
             quota.release()
         schema.close_record(d, summary, status, reason, started)
-        if barrier:
+        if cohort:
             dist_mod.shutdown(finished=status == schema.FINISHED)
     return d
