@@ -189,9 +189,9 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
             cell_s: float = 0.0, precision: float = 0.0, budget_s: float = BUDGET_S) -> dict:
     """The profile's figures (see the module docstring). Under a launcher every rank profiles at
     once, in a `cohort` (harness/planning/cohort.py: each measurement started together, ended
-    together and cell_s long at least), so each device is
-    measured while the others load the machine as the training job will (alone, a rank held to
-    0.5 CPU measured 25% faster per block than it ran inside a 2-rank pipeline)."""
+    together and cell_s long at least), so each device is measured while the others load the
+    machine as the training job will (alone, a rank held to 0.5 CPU measured 25% faster per
+    block than it ran inside a 2-rank pipeline)."""
     wl = registry.get(workload)
     layer_model = registry.capability(wl, "profile_layers")
     if layer_model is None:
