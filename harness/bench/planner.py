@@ -20,7 +20,6 @@ to results/plans/check-*.json for the portal's Planner page.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import os
@@ -29,58 +28,12 @@ import time
 from pathlib import Path
 
 from harness.parallel import cpu_quota as rank_cpu
-from harness.config import registry
-from harness.comm.bench import load_now
 from results.planner import report as plan_report
 from results.record.paths import results_root
-from harness.bench.launch import other_side_median, profile_ranks, run_harness, run_interleaved, run_recorded
+from harness.bench.launch import other_side_median, profile_ranks, run_harness
+from harness.bench.planner_jobs import SIZE, STEPS, dataset, interleaved_lm, plan, predict, run_lm
 
-SIZE = "small"
 FAST = 1.0
-STEPS, WARMUP = 5, 1
-
-
-def _harness(env: dict, *args: str, ranks: int = 1) -> str:
-    return run_harness(env, ranks, *args)
-
-
-def _run(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, sets: list[str]) -> dict:
-    load0 = load_now()
-    args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
-            "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
-            "--set", "threads=1"]
-    for s in sets:
-        args += ["--set", s]
-    s = run_recorded({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), *args)["summary"]
-    return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
-            "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
-
-
-def _interleaved(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, processes: int,
-                 sets: list[str]) -> dict:
-    args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
-            "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
-            "--set", "threads=1"]
-    for s in sets:
-        args += ["--set", s]
-    return run_interleaved({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), processes, *args)
-
-
-def _plan(env: dict, inv: Path, batch: int, strategy: str) -> dict:
-    """`harness plan` on an inventory; the plan it wrote (the path it prints, not the newest file:
-    with `auto` the file is named for the strategy chosen)."""
-    out = _harness(env, "plan", "--devices", str(inv), "--workload", "lm", "--size", SIZE,
-                   "--global-batch", str(batch), "--strategy", strategy)
-    return json.loads(Path(out.split("plan: ")[-1].split()[0]).read_text())
-
-
-def _predict(plan: dict, inv_path: Path, links_root: Path, side: str = "planned") -> float:
-    """The plan's step (or its uniform split's) priced with the inventory's profiles: the same split."""
-    from harness.planning.plan import costs_for
-    from results.planner import evaluate, inventory
-    from results.planner.links import LinkModel
-    inv = inventory.load(inv_path)
-    return evaluate.step_s(plan, inv, costs_for(inv, "lm", SIZE), LinkModel(inv.links, links_root), side)
 
 
 def _profiles(held: dict, out: Path, fast: float, slow: float) -> dict[float, Path]:
@@ -94,13 +47,6 @@ def _write_inventory(path: Path, kinds: dict[str, float], profiles: dict[float, 
         f"  - {{kind: {k}, count: 1, memory_gb: 4, profile: {profiles[c]}}}\n" for k, c in kinds.items())
         + "links: {collectives: measured, backend: gloo}\n")
     return path
-
-
-def _dataset(tmp: Path) -> Path:
-    wl = registry.get("lm")
-    root = tmp / "lm-small-shortval"
-    wl.write_dataset(root, dataclasses.replace(wl.sizes[SIZE], val_tokens=1 << 12), 0)
-    return root
 
 
 def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus: dict,
@@ -149,23 +95,23 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
         tmp = Path(t)
         env = {**os.environ, "HARNESS_RESULTS": str(tmp)}
         env.pop("MLFLOW_TRACKING_URI", None)
-        data_dir = _dataset(tmp)
+        data_dir = dataset(tmp)
         for ratio in ratios:
             slow = FAST / ratio
             kinds = {"cpu1": FAST, f"cpu{slow:g}": slow}
             held = {**env, rank_cpu.ENV: f"{FAST},{slow}"}
             # links and profiles measured on the two ranks as the job will hold them, both at once
-            _harness(held, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
-                     "-n", "5", "--no-ingest", ranks=2)
+            run_harness(held, 2, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
+                        "-n", "5", "--no-ingest")
             profiles = _profiles(held, tmp / f"profile-{ratio:g}-before", FAST, slow)
             inv = _write_inventory(tmp / f"inventory-{ratio:g}.yaml", kinds, profiles)
-            alone = {k: _run(env, tmp, data_dir, [c], batch, []) for k, c in kinds.items()}
+            alone = {k: run_lm(env, tmp, data_dir, [c], batch, []) for k, c in kinds.items()}
             # each kind's homogeneous job (one device of it here) on its share of the batch, as the planner's
             # homogeneous_rates counts it: the seed utilization's denominator, measured
-            homogeneous = {k: {**_run(env, tmp, data_dir, [c], batch // len(kinds), []), "batch": batch // len(kinds)}
+            homogeneous = {k: {**run_lm(env, tmp, data_dir, [c], batch // len(kinds), []), "batch": batch // len(kinds)}
                            for k, c in kinds.items()}
-            dp = _plan(env, inv, batch, "dp")
-            pp = _plan(env, inv, batch, "pp")
+            dp = plan(env, inv, batch, "dp")
+            pp = plan(env, inv, batch, "pp")
             dp_cpus = [kinds[k] for k in dp["devices"]]
             pp_cpus = {"planned": [kinds[k] for k in pp["stage_order"]],
                        "uniform": [kinds[k] for k in pp["uniform"]["stage_order"]]}
@@ -174,7 +120,7 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
             # alternating blocks (harness/run/interleave.py), `rounds` launches
             joined = {w: ",".join(map(str, sp)) for w, sp in (("planned", dp["batch_split"]),
                                                              ("uniform", dp["uniform"]["batch_split"]))}
-            got = _interleaved(env, tmp, data_dir, dp_cpus, batch, rounds,
+            got = interleaved_lm(env, tmp, data_dir, dp_cpus, batch, rounds,
                                [f"parallel.batch_split={joined['planned']}",
                                 f"against=parallel.batch_split={joined['uniform']}", "budget_s=40"])
             for rec in got["records"]:
@@ -183,14 +129,14 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
                 measured["dp"]["uniform"].append({"median_step_s": other_side_median(rec), "load_1m": load})
             for _ in range(rounds):  # pipelines alternate launches: drift hits planned and uniform alike
                 for which, split in (("planned", pp["pp_split"]), ("uniform", pp["uniform"]["pp_split"])):
-                    measured["pp"][which].append(_run(env, tmp, data_dir, pp_cpus[which], batch, [
+                    measured["pp"][which].append(run_lm(env, tmp, data_dir, pp_cpus[which], batch, [
                         "parallel.pp=2", f"parallel.microbatches={pp['microbatches']}",
                         f"parallel.pp_split={','.join(map(str, split))}"]))
             # the profile again after the runs, each plan priced with it too: the runs lie between the two
             # profiles, so drift between a profile and runs minutes later is not counted as the model's error
             inv_after = _write_inventory(tmp / f"inventory-{ratio:g}-after.yaml", kinds,
                                          _profiles(held, tmp / f"profile-{ratio:g}-after", FAST, slow))
-            after = {s: {w: _predict(p, inv_after, tmp, w) for w in ("planned", "uniform")} for s, p in (("dp", dp), ("pp", pp))}
+            after = {s: {w: predict(p, inv_after, tmp, w) for w in ("planned", "uniform")} for s, p in (("dp", dp), ("pp", pp))}
             checks = [_check(f"dp {ratio:g}x", dp, measured["dp"], alone, batch, dp_cpus, homogeneous, after["dp"]),
                       _check(f"pp {ratio:g}x", pp, measured["pp"], alone, batch, pp_cpus, homogeneous, after["pp"])]
             lo, hi = got["ci95"]

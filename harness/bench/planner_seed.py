@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from harness.bench.launch import profile_ranks, run_harness
-from harness.bench.planner import SIZE, _dataset, _plan, _predict, _run
+from harness.bench.planner_jobs import SIZE, dataset, plan, predict, run_lm
 from harness.parallel import cpu_quota as rank_cpu
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
@@ -83,7 +83,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
         tmp = Path(t)
         env = {**os.environ, "HARNESS_RESULTS": str(tmp)}
         env.pop("MLFLOW_TRACKING_URI", None)
-        data_dir = _dataset(tmp)
+        data_dir = dataset(tmp)
         held = {**env, rank_cpu.ENV: f"{FAST},{FAST},{slow},{slow}"}
         run_harness(held, 4, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
                     "-n", "5", "--no-ingest")
@@ -104,12 +104,12 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
                         **{k: _inventory(tmp / f"inv-{shape}-{k}-r{r}.yaml", kinds, profiles, memory[shape], only=k)
                            for k in kinds}}
                 if r == 0:  # the plans are made once, from the first round's profiles, and then checked
-                    jobs[shape] = {"mixed": (_plan(env, invs["mixed"], batch, shape), batch),
-                                   **{k: (_plan(env, invs[k], batch // 2, "auto"), batch // 2) for k in kinds}}
+                    jobs[shape] = {"mixed": (plan(env, invs["mixed"], batch, shape), batch),
+                                   **{k: (plan(env, invs[k], batch // 2, "auto"), batch // 2) for k in kinds}}
                 for name, (p, b) in jobs[shape].items():  # alternate launches: drift hits every job alike
-                    pred = _predict(p, invs[name], tmp)
+                    pred = predict(p, invs[name], tmp)
                     sets, cpus = _runnable(p, kinds)
-                    meas = _run(env, tmp, data_dir, cpus, b, sets)["median_step_s"]
+                    meas = run_lm(env, tmp, data_dir, cpus, b, sets)["median_step_s"]
                     steps[shape].setdefault(name, []).append(meas)
                     paired[shape].setdefault(name, []).append((pred, meas))
         for shape in shapes:

@@ -1,0 +1,69 @@
+"""What the planner checks (harness/bench/planner.py, planner_seed.py) launch: LM small runs held
+to CPU quotas, `harness plan` on an inventory, a plan re-priced with other profiles, and the
+dataset with a short validation split. One place for the command lines both checks run."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from harness.bench.launch import run_harness, run_interleaved, run_recorded
+from harness.comm.bench import load_now
+from harness.config import registry
+from harness.parallel import cpu_quota as rank_cpu
+
+SIZE = "small"
+STEPS, WARMUP = 5, 1  # a step at 0.25 CPU is 3-8 s: 5 timed steps a run
+
+
+def _run_args(data_dir: Path, batch: int, sets: list[str]) -> list[str]:
+    """`harness run lm` on the short-validation dataset, one thread a rank, no profiler, no ingest."""
+    args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
+            "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
+            "--set", "threads=1"]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+def run_lm(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, sets: list[str]) -> dict:
+    """One run on len(cpus) ranks, rank r held to cpus[r]: its median step (the slowest rank's),
+    the quotas it recorded and the 1-minute load before and after."""
+    load0 = load_now()
+    s = run_recorded({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus),
+                     *_run_args(data_dir, batch, sets))["summary"]
+    return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
+            "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
+
+
+def interleaved_lm(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, processes: int,
+                   sets: list[str]) -> dict:
+    """The same, its configuration against its `against=` side in alternating blocks (launch.run_interleaved)."""
+    return run_interleaved({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), processes,
+                           *_run_args(data_dir, batch, sets))
+
+
+def plan(env: dict, inv: Path, batch: int, strategy: str) -> dict:
+    """`harness plan` on an inventory; the plan it wrote (the path it prints, not the newest file:
+    with `auto` the file is named for the strategy chosen)."""
+    out = run_harness(env, 1, "plan", "--devices", str(inv), "--workload", "lm", "--size", SIZE,
+                      "--global-batch", str(batch), "--strategy", strategy)
+    return json.loads(Path(out.split("plan: ")[-1].split()[0]).read_text())
+
+
+def predict(plan: dict, inv_path: Path, links_root: Path, side: str = "planned") -> float:
+    """The plan's step (or its uniform split's) priced with the inventory's profiles: the same split."""
+    from harness.planning.plan import costs_for
+    from results.planner import evaluate, inventory
+    from results.planner.links import LinkModel
+    inv = inventory.load(inv_path)
+    return evaluate.step_s(plan, inv, costs_for(inv, "lm", SIZE), LinkModel(inv.links, links_root), side)
+
+
+def dataset(tmp: Path) -> Path:
+    """LM small's dataset with a short validation split: its end-of-run evaluation at 0.25 CPU
+    would otherwise take minutes, and quality is not what the checks measure."""
+    wl = registry.get("lm")
+    root = tmp / "lm-small-shortval"
+    wl.write_dataset(root, dataclasses.replace(wl.sizes[SIZE], val_tokens=1 << 12), 0)
+    return root
