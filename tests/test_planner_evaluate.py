@@ -109,6 +109,22 @@ def test_a_cohort_ends_a_cell_only_when_every_rank_has_met_its_rule():
     assert not ranks[0].done(True) and len(starts) == 6
 
 
+def test_a_cohort_rank_whose_peers_never_finish_stops_with_an_error():
+    """A peer gone mid-cell never says it is done: the waiting rank stops after its patience."""
+    import torch.distributed as td
+
+    from harness.planning.cohort import Cohort
+    clock = [0.0]
+    c = Cohort(lambda: None, td.HashStore(), 2, patience_s=10.0, clock=lambda: clock[0])
+    c.start()
+    assert not c.done(True)
+    clock[0] = 10.0
+    assert not c.done(False)  # still within its patience
+    clock[0] = 10.5
+    with pytest.raises(TimeoutError, match="1 of 2 ranks finished measurement 1"):
+        c.done(False)
+
+
 def test_in_a_cohort_a_layer_is_timed_until_every_rank_is_done(monkeypatch):
     """_time_layer with a cohort that ends after its peers: passes go on after this rank's rule
     was met, are kept, and counted as held."""

@@ -13,12 +13,15 @@ the env:// rendezvous serves from rank 0 at MASTER_ADDR:MASTER_PORT), one key pe
 adds 1 once when its rule is met, and reads the count (add 0) after each pass, a local TCP round
 trip (~0.1 ms against passes of 5 ms and up), outside the timed part of the pass. Each rank's
 rule ends by max(budget_s, cell_s) after the cell's barrier, so a cell ends within one pass of
-that, whatever the others do.
+that; a peer that died mid-cell never says so, and a rank that has waited `patience_s` past its
+own rule stops with an error naming the cell (launchers that do not kill the job on one rank's
+exit would otherwise leave it sampling forever).
 """
 from __future__ import annotations
 
 import datetime
 import os
+import time
 from typing import Callable
 
 
@@ -26,9 +29,11 @@ class Cohort:
     """The ranks of one profile: `start()` before each cell (a barrier), then `done(mine)` after
     each timed pass, True once every rank's own rule has been met in this cell."""
 
-    def __init__(self, barrier: Callable[[], object], store, world: int):
+    def __init__(self, barrier: Callable[[], object], store, world: int, patience_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.barrier, self.store, self.world = barrier, store, world
-        self.cell, self.said = 0, False
+        self.patience_s, self.clock = patience_s, clock
+        self.cell, self.said, self.said_at = 0, False, 0.0
 
     def start(self) -> None:
         self.barrier()
@@ -39,8 +44,14 @@ class Cohort:
         key = f"cell{self.cell}"
         if mine and not self.said:
             self.store.add(key, 1)
-            self.said = True
-        return self.said and self.store.add(key, 0) >= self.world
+            self.said, self.said_at = True, self.clock()
+        if not self.said:
+            return False
+        count = self.store.add(key, 0)
+        if count < self.world and self.clock() - self.said_at > self.patience_s:
+            raise TimeoutError(f"profile: {count} of {self.world} ranks finished measurement {self.cell} "
+                               f"after {self.patience_s:.0f} s more; a rank is gone or stuck")
+        return count >= self.world
 
 
 def of_process_group(timeout_s: float = 300.0) -> Cohort:
@@ -49,4 +60,4 @@ def of_process_group(timeout_s: float = 300.0) -> Cohort:
     import torch.distributed as td
     store = td.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                         timeout=datetime.timedelta(seconds=timeout_s))
-    return Cohort(td.barrier, td.PrefixStore("harness-profile-cohort", store), td.get_world_size())
+    return Cohort(td.barrier, td.PrefixStore("harness-profile-cohort", store), td.get_world_size(), timeout_s)
