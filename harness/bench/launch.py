@@ -64,22 +64,3 @@ def other_side_median(rec: dict) -> float:
     import statistics
     base = rec["summary"]["ab"]["baseline"]
     return statistics.median(t for t, ph in zip(base["step_s"], base["phase"]) if ph == "steady")
-
-
-# the planner checks' profile: every microbatch a plan may choose, one thread a rank as the runs
-# use, each figure sampled to the profile's precision target (harness profile --precision)
-PROFILE_ARGS = ("--microbatches", "1,2,4,8,12", "--repeats", "3", "--threads", "1", "--cell-s", "1.0")
-
-
-def profile_ranks(env: dict, out: Path, ranks: int, workload: str, size: str) -> list[Path]:
-    """`harness profile` on `ranks` ranks at once, each held as env's quota says (so ranks that
-    share the machine are profiled sharing it, as the job will run), into out/profiles, a folder
-    of this call's own: each rank's record folder, in rank order."""
-    if (out / "profiles").exists():
-        raise RuntimeError(f"profile_ranks needs a folder of its own; {out / 'profiles'} exists")
-    run_harness({**env, "HARNESS_RESULTS": str(out)}, ranks, "profile", workload, "--size", size, *PROFILE_ARGS)
-    rank = (lambda r: f"-r{r}-") if ranks > 1 else (lambda r: "-")  # one rank's name has no -r0
-    got = [sorted((out / "profiles").glob(f"profile-{workload}-{size}-cpus*{rank(r)}*")) for r in range(ranks)]
-    if any(len(g) != 1 for g in got):
-        raise RuntimeError(f"harness profile on {ranks} ranks left {[len(g) for g in got]} records per rank in {out}")
-    return [g[0] for g in got]

@@ -30,8 +30,8 @@ from pathlib import Path
 from harness.parallel import cpu_quota as rank_cpu
 from results.planner import report as plan_report
 from results.record.paths import results_root
-from harness.bench.launch import other_side_median, profile_ranks, run_harness
-from harness.bench.planner_jobs import SIZE, STEPS, dataset, interleaved_lm, plan, predict, run_lm
+from harness.bench.launch import other_side_median, run_harness
+from harness.bench.planner_jobs import SIZE, STEPS, dataset, interleaved_lm, plan, predict, profile_ranks, run_lm
 
 FAST = 1.0
 

@@ -28,8 +28,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from harness.bench.launch import profile_ranks, run_harness
-from harness.bench.planner_jobs import SIZE, dataset, plan, predict, run_lm
+from harness.bench.launch import run_harness
+from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm
 from harness.parallel import cpu_quota as rank_cpu
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
