@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample each measurement until its median's 95%% interval is within +-this (0: just --repeats)")
     f.add_argument("--budget-s", type=float, default=4.0,
                    help="... or until this many seconds of a measurement's timed passes have gone by")
+    f.add_argument("--shards", default="tp2,cp2",
+                   help="also time one tensor/context-parallel member's share of the block: tpN, cpN, comma list; none")
     n = sub.add_parser("plan", help="heterogeneous planner: split DP/PP work over unequal devices, simulated")
     n.add_argument("--devices", required=True, help="device inventory (YAML; see results/planner/inventory.py)")
     n.add_argument("--workload", default="lm")
@@ -191,15 +193,19 @@ def cmd_profile(args) -> int:
     if not (0 <= args.precision < 1 and 0 < args.budget_s <= 3600):
         raise UsageError(f"--precision must be in [0, 1) (0.02 = +-2%; 0: just --repeats) and --budget-s in (0, 3600]; "
                          f"got {args.precision} and {args.budget_s}")
+    from harness.planning import shards
+    names = tuple(shards.parse(args.shards))
     import torch
     d = layer_profile.run(args.workload, args.size, mbs, args.repeats, args.cpus,
                           args.threads or torch.get_num_threads(), results_root(), args.cell_s, args.precision,
-                          args.budget_s)
+                          args.budget_s, names)
     from results.record import schema
     s = schema.read_record(d)["summary"]  # the one validating reader
     for kind, rows in s["layers"].items():
         print(f"{kind:<10} " + "  ".join(f"mb{r['microbatch']}: fwd {1e3 * r['fwd_s']:.2f} bwd {1e3 * r['bwd_s']:.2f} ms"
                                          for r in rows))
+    for line in shards.efficiency_lines(s):
+        print(line)
     rows = [r for rs in s["layers"].values() for r in rs]
     if args.precision > 0:
         short = [r for r in rows if r.get("ended_by") != "precision"]

@@ -25,8 +25,8 @@ FROZEN = {
              "--stepfactor", "--via", "--warmup-iters"],
     # the planner's two commands are not RunConfig runs either: a profile of this device, and a plan
     # from an inventory file (the issue names these flags)
-    "profile": ["--budget-s", "--cell-s", "--cpus", "--microbatches", "--precision", "--repeats", "--size", "--threads",
-                "workload"],
+    "profile": ["--budget-s", "--cell-s", "--cpus", "--microbatches", "--precision", "--repeats", "--shards", "--size",
+                "--threads", "workload"],
     # the roofline's ceilings of one device (the issue names the command)
     "roofline": ["--device"],
     "plan": ["--cell", "--devices", "--global-batch", "--schedule", "--size", "--strategy", "--workload"],

@@ -52,6 +52,7 @@ class ReadSet:
 CAPABILITIES = {
     "tensor_parallel_plan": "(model, tp, sp) -> {module path: ParallelStyle}: its Megatron column/row splits",
     "tensor_parallel_check": "(size, tp, sp) -> why this size cannot be split tp ways, or None",
+    "tensor_parallel_shard": "(block, tp) -> one tensor-parallel rank's share of a block as a module (profiled)",
     "tensor_parallel_volume": "(size, batch, tp, sp, act_bytes, recompute) -> analytic bytes per collective per step",
     "expert_parallel_check": "(size, ep) -> why this size's experts cannot be spread over ep ranks, or None",
     "moe_layers": "(model) -> its Mixture-of-Experts layers, in order",

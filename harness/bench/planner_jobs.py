@@ -17,7 +17,7 @@ SIZE = "small"
 STEPS, WARMUP = 5, 1  # a step at 0.25 CPU is 3-8 s: 5 timed steps a run
 
 
-def _run_args(data_dir: Path, batch: int, sets: list[str]) -> list[str]:
+def run_args(data_dir: Path, batch: int, sets: list[str]) -> list[str]:
     """`harness run lm` on the short-validation dataset, one thread a rank, no profiler, no ingest."""
     args = ["run", "lm", "--size", SIZE, "--no-ingest", "--set", f"steps={STEPS}", "--set", f"warmup_steps={WARMUP}",
             "--set", "profile_steps=0", "--set", f"batch_size={batch}", "--set", f"data_dir={data_dir}",
@@ -32,7 +32,7 @@ def run_lm(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: i
     the quotas it recorded and the 1-minute load before and after."""
     load0 = load_now()
     s = run_recorded({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus),
-                     *_run_args(data_dir, batch, sets))["summary"]
+                     *run_args(data_dir, batch, sets))["summary"]
     return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
             "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
 
@@ -41,7 +41,7 @@ def interleaved_lm(env: dict, results: Path, data_dir: Path, cpus: list[float], 
                    sets: list[str]) -> dict:
     """The same, its configuration against its `against=` side in alternating blocks (launch.run_interleaved)."""
     return run_interleaved({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus), processes,
-                           *_run_args(data_dir, batch, sets))
+                           *run_args(data_dir, batch, sets))
 
 
 def plan(env: dict, inv: Path, batch: int, strategy: str) -> dict:
@@ -71,17 +71,19 @@ def dataset(tmp: Path) -> Path:
 
 
 # the planner checks' profile: every microbatch a plan may choose, one thread a rank as the runs
-# use, each figure sampled to the profile's precision target (harness profile --precision)
-PROFILE_ARGS = ("--microbatches", "1,2,4,8,12", "--repeats", "3", "--threads", "1", "--cell-s", "1.0")
+# use, each figure sampled to the profile's precision target (harness profile --precision); no
+# tensor/context-parallel shards (the checks run data parallel and pipelines: a third more time)
+PROFILE_ARGS = ("--microbatches", "1,2,4,8,12", "--repeats", "3", "--threads", "1", "--cell-s", "1.0",
+                "--shards", "none")
 
 
-def profile_ranks(env: dict, out: Path, ranks: int, workload: str, size: str) -> list[Path]:
+def profile_ranks(env: dict, out: Path, ranks: int, workload: str, size: str, args: tuple = PROFILE_ARGS) -> list[Path]:
     """`harness profile` on `ranks` ranks at once, each held as env's quota says (so ranks that
     share the machine are profiled sharing it, as the job will run), into out/profiles, a folder
     of this call's own: each rank's record folder, in rank order."""
     if (out / "profiles").exists():
         raise RuntimeError(f"profile_ranks needs a folder of its own; {out / 'profiles'} exists")
-    run_harness({**env, "HARNESS_RESULTS": str(out)}, ranks, "profile", workload, "--size", size, *PROFILE_ARGS)
+    run_harness({**env, "HARNESS_RESULTS": str(out)}, ranks, "profile", workload, "--size", size, *args)
     rank = (lambda r: f"-r{r}-") if ranks > 1 else (lambda r: "-")  # one rank's name has no -r0
     got = [sorted((out / "profiles").glob(f"profile-{workload}-{size}-cpus*{rank(r)}*")) for r in range(ranks)]
     if any(len(g) != 1 for g in got):

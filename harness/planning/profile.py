@@ -8,6 +8,9 @@ at least `repeats`, then until the median's 95% interval is within --precision, 
 or --budget-s seconds have gone by; the row says which ended it), the bytes autograd saves for
 backward (activation memory, counted by saved_tensors_hooks, each storage once) and the
 output's bytes (what a stage boundary sends).
+With `--shards tp2,cp2` (the default), the block as one member of a tensor- or context-parallel
+group computes it (harness/planning/shards.py), timed the same way: the planner's TP and CP
+compute, measured.
 Per model: parameters per layer kind, the optimizer's step time per parameter (AdamW over
 the whole model, timed the same way), and what copying every gradient into one flat buffer and
 back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
@@ -37,6 +40,7 @@ import torch
 from harness.measure import envinfo
 from harness.parallel import cpu_quota as rank_cpu
 from harness.parallel import recompute
+from harness.planning import shards
 from harness.config import registry
 from harness.config.errors import BadInput, Unsupported, UsageError
 from harness.run.record import unique_stamp
@@ -186,7 +190,8 @@ def _grad_copy_s_per_byte(model, repeats: int, precision: float = 0.0, budget_s:
 
 
 def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, cohort=None,
-            cell_s: float = 0.0, precision: float = 0.0, budget_s: float = BUDGET_S) -> dict:
+            cell_s: float = 0.0, precision: float = 0.0, budget_s: float = BUDGET_S,
+            shard_names: tuple[str, ...] = ()) -> dict:
     """The profile's figures (see the module docstring). Under a launcher every rank profiles at
     once, in a `cohort` (harness/planning/cohort.py: each measurement started together, ended
     together and cell_s long at least), so each device is measured while the others load the
@@ -210,7 +215,10 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     again = layer_model(wl.build_model(size), size)["layers"]["block"]
     for unit in wl.recompute_units(again[0]):
         recompute.wrap(unit, "full")
-    measured = {**lm["layers"], "block_recompute": again}
+    # one tensor- or context-parallel member's share of the block (harness/planning/shards.py)
+    parts, skipped = shards.layers(wl, size, wl.recompute_units(model)[0], list(shard_names),
+                                   shards.stream(lm["d_model"]))
+    measured = {**lm["layers"], "block_recompute": again, **parts}
     layers: dict[str, list[dict]] = {k: [] for k in measured}
     for mb in microbatches:
         y = lm["target"](mb)
@@ -224,6 +232,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
             "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,
             "precision": precision, "budget_s": budget_s,
+            "shards": {n: why for n, why in skipped.items()} | {k[len("block_"):]: "measured" for k in parts},
             "params": params, "tied_params": lm["tied_params"], "state_bytes_per_param": STATE_BYTES_PER_PARAM,
             "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
             "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats, precision, budget_s, cohort),
@@ -233,7 +242,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
 
 def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cpus: float | None,
         threads: int, root: Path, cell_s: float = 1.0, precision: float = PRECISION,
-        budget_s: float = BUDGET_S) -> Path:
+        budget_s: float = BUDGET_S, shard_names: tuple[str, ...] = ()) -> Path:
     """Measure and record one profile; returns its folder. Under a launcher (mpiexec -n N)
     every rank profiles at once and writes its own record, held to its HARNESS_RANK_CPU share."""
     from harness.parallel import dist as dist_mod
@@ -272,13 +281,14 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
     schema.write_json(d / schema.CONFIG, {"kind": KIND, "run_id": run_id, "workload": workload, "size": size_name,
                                           "microbatches": microbatches, "repeats": repeats, "threads": threads,
                                           "cpus": cpus, "precision": precision, "budget_s": budget_s,
+                                          "shards": list(shard_names),
                                           "record_version": schema.RECORD_VERSION})
     schema.write_json(d / schema.ENV, envinfo.capture())
     schema.open_record(d, started)
     status, reason, summary = schema.FAILED, "", {}
     try:
         summary = measure(workload, size_name, microbatches, repeats, cohort, cell_s if cohort else 0.0,
-                          precision, budget_s)
+                          precision, budget_s, shard_names)
         summary["constraint"] = quota.describe() if quota else {"cpus": None, "how": "unconstrained"}
         summary["profiled_with"] = {"ranks": info.world, "rank": info.rank, "cell_s": cell_s if cohort else 0.0,
                                     "ended": "together" if cohort else "alone"}

@@ -17,6 +17,7 @@ microbatch size, the bytes it saves for backward, its parameters. Two sources:
 from __future__ import annotations
 
 import bisect
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,6 +108,25 @@ class Costs:
     def saved(self, kind: str, b: float) -> float:
         return self._saved[kind] * b
 
+    def shard_fraction(self, dim: str, n: int, b: float, backward: bool) -> float | None:
+        """One member of an n-way `dim` ("tp" or "cp") group's block time over the whole block's,
+        at microbatch b, where the profile timed that member's share (harness/planning/shards.py);
+        else None (the planner then assumes 1/n)."""
+        key = f"block_{dim}{n}"
+        if self._times is None or key not in self._times:
+            return None
+        d = "bwd" if backward else "fwd"
+        whole = _interp(self._times["block"][d], b)
+        return _interp(self._times[key][d], b) / whole if whole > 0 else None
+
+    def without_shards(self) -> "Costs":
+        """These costs with no measured tensor/context-parallel shares: a group priced as an even
+        split, the model the measurement replaces (the tp_shards bench shows both)."""
+        out = copy.copy(self)
+        if self._times is not None:
+            out._times = {k: v for k, v in self._times.items() if not k.startswith(("block_tp", "block_cp"))}
+        return out
+
     def group_reduce_s(self, params: float) -> float:
         """Seconds a step spends reducing `params` parameters' gradients inside a device's group
         (results/planner/within_stage.py: context-parallel ranks hold the same weights); none alone."""
@@ -170,7 +190,7 @@ def from_profile(name: str, record: Path) -> Costs:
     times = {k: {"fwd": [(r["microbatch"], r["fwd_s"]) for r in rows], "bwd": [(r["microbatch"], r["bwd_s"]) for r in rows]}
              for k, rows in s["layers"].items()}
     saved = {k: max(r["saved_bytes"] / r["microbatch"] for r in rows) for k, rows in s["layers"].items()
-             if k != "block_recompute"}
+             if k in ("embedding", "block", "head")}
     return Costs(name=name, params=s["params"], n_blocks=s["n_blocks"],
                  boundary_bytes_per_sample=s["boundary_bytes_per_sample"],
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
@@ -180,7 +200,8 @@ def from_profile(name: str, record: Path) -> Costs:
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "
-                        f"recomputation {'measured' if 'block_recompute' in s['layers'] else 'as one more forward'})")
+                        f"recomputation {'measured' if 'block_recompute' in s['layers'] else 'as one more forward'}"
+                        + "".join(f"; {n} measured" for n, v in s.get("shards", {}).items() if v == "measured") + ")")
 
 
 def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> Costs:

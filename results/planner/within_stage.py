@@ -6,9 +6,12 @@ over groups need nothing new.
 
 One member of a group of t tensor x c context ranks, per microbatch of b samples (formulas:
 ../shared/reference/parallelism.md, sections 1 and 6):
-- compute: the layer's time / (t c). A model, not a measurement: it assumes the layer's
-  matmuls and attention split evenly (the harness's TP and CP runs measure the real efficiency;
-  on small layers it is lower);
+- compute: a block's time x what one member's share of it takes, per dimension: measured
+  where the profile timed a tpT or cpC member's block (harness profile --shards,
+  harness/planning/shards.py: narrower matmuls and fewer heads run below the whole block's
+  efficiency on small layers), else 1/t and 1/c, an even split (what a what-if shape gets).
+  Tensor and context parallel together: the two measured shares multiplied. The embeddings
+  and the head: their time / (t c);
 - tensor parallel with sequence parallel, per block: 2 all-gathers + 2 reduce-scatters of
   b s h activations forward and the same backward, the volume of 2 all-reduces each way [R];
   the vocabulary-parallel embedding one all-reduce forward, the head one all-gather forward
@@ -90,8 +93,11 @@ class GroupCosts(Costs):
         self.optimizer_s_per_param = base.optimizer_s_per_param
         self.grad_copy_s_per_byte = base.grad_copy_s_per_byte
         self.measured = base.measured
-        self.source = base.source + (f"; {g.suffix().strip()} modelled (compute / {n}, collectives on the node's links)"
-                                     if n > 1 else "")
+        dims = [(d, v) for d, v in (("tp", g.tp), ("cp", g.cp)) if v > 1]
+        self.measured_shards = [f"{d}{v}" for d, v in dims if base.shard_fraction(d, v, 1, False) is not None]
+        told = ", ".join(f"{d}{v} compute {'measured' if f'{d}{v}' in self.measured_shards else f'/ {v}'}"
+                         for d, v in dims)
+        self.source = base.source + (f"; {told}, collectives on the node's links" if n > 1 else "")
 
     def _comm(self, kind: str, b: float, backward: bool) -> float:
         base, t, c = self.base, self.g.tp, self.g.cp
@@ -108,18 +114,30 @@ class GroupCosts(Costs):
             s += self.node.gather_s(base.kv_bytes_per_sample * b / t, c)
         return s
 
+    def share(self, kind: str, b: float, backward: bool) -> float:
+        """The part of layer `kind`'s compute one member runs: for a block, the product over tp and
+        cp of the measured share (Costs.shard_fraction) or 1/degree; otherwise 1/(t c)."""
+        if kind != "block":
+            return 1 / self.g.size
+        out = 1.0
+        for dim, n in (("tp", self.g.tp), ("cp", self.g.cp)):
+            if n > 1:
+                f = self.base.shard_fraction(dim, n, b, backward)
+                out *= 1 / n if f is None else f
+        return out
+
     def fwd(self, kind: str, b: float) -> float:
-        return self.base.fwd(kind, b) / self.g.size + self._comm(kind, b, False)
+        return self.base.fwd(kind, b) * self.share(kind, b, False) + self._comm(kind, b, False)
 
     def bwd(self, kind: str, b: float) -> float:
-        return self.base.bwd(kind, b) / self.g.size + self._comm(kind, b, True)
+        return self.base.bwd(kind, b) * self.share(kind, b, True) + self._comm(kind, b, True)
 
     @property
     def recompute_measured(self) -> bool:
         return self.base.recompute_measured
 
     def recompute_s(self, b: float) -> float:  # one more forward of the block, its collectives included
-        return self.base.recompute_s(b) / self.g.size + self._comm("block", b, False)
+        return self.base.recompute_s(b) * self.share("block", b, False) + self._comm("block", b, False)
 
     def saved(self, kind: str, b: float) -> float:
         return self.base.saved(kind, b) / self.g.size

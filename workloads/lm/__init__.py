@@ -152,6 +152,12 @@ class LM:
         from workloads.lm.parallel_plan import plan
         return plan(model, tp, sp)
 
+    def tensor_parallel_shard(self, block, tp: int):
+        """One tensor-parallel rank's share of a transformer block, as a module of its own
+        (workloads/lm/parallel_plan.py shard_block): what `harness profile` times for tp."""
+        from workloads.lm.parallel_plan import shard_block
+        return shard_block(block, tp)
+
     def tensor_parallel_volume(self, size: LMSize, batch: int, tp: int, sp: bool, act_bytes: int,
                                recompute: str = "none") -> dict:
         from workloads.lm.parallel_plan import volume

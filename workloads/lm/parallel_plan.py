@@ -11,6 +11,8 @@ The harness owns the mesh and applies the plan (harness/parallel/strategies.py).
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -36,6 +38,40 @@ def group_qkv_by_rank(attn, tp: int) -> None:
                        for r in range(tp) for part in range(3)])
     attn.c_attn.weight.copy_(attn.c_attn.weight[order])
     attn.c_attn.bias.copy_(attn.c_attn.bias[order])
+
+
+@torch.no_grad()
+def _narrow(lin: torch.nn.Linear, rows: torch.Tensor | None, cols: slice | None) -> torch.nn.Linear:
+    """A copy of `lin` keeping output rows `rows` (column parallel) or input columns `cols` (row
+    parallel; the bias, added once after the all-reduce, kept whole)."""
+    w = lin.weight[rows] if rows is not None else lin.weight[:, cols]
+    out = torch.nn.Linear(w.shape[1], w.shape[0], bias=lin.bias is not None)
+    out.weight.copy_(w)
+    if lin.bias is not None:
+        out.bias.copy_(lin.bias[rows] if rows is not None else lin.bias)
+    return out
+
+
+def shard_block(block, tp: int, rank: int = 0):
+    """What tensor-parallel rank `rank` of `tp` computes in `block`, as a module of its own: a
+    copy whose attention keeps the rank's heads (c_attn's q, k and v rows of those heads, c_proj's
+    matching input columns) and whose MLP keeps its 4h/tp slice (mlp.0's rows, mlp.2's columns):
+    the matmuls and attention plan() gives the rank, on one device, without the collectives
+    (`harness profile` times it: tensor parallel's compute measured, not assumed to be 1/tp).
+    Summed over ranks, the shards' attention (and MLP) outputs are the block's, less tp - 1
+    biases: row parallel adds its bias once (tests/test_planner_shards.py)."""
+    attn = block.attn
+    c = attn.c_attn.weight.shape[0] // 3
+    per = c // tp
+    rows = torch.cat([torch.arange(part * c + rank * per, part * c + (rank + 1) * per) for part in range(3)])
+    mine = slice(rank * per, (rank + 1) * per)
+    width = block.mlp[0].weight.shape[0] // tp
+    out = copy.deepcopy(block)
+    out.attn.c_attn = _narrow(attn.c_attn, rows, None)
+    out.attn.c_proj = _narrow(attn.c_proj, None, mine)
+    out.mlp[0] = _narrow(block.mlp[0], torch.arange(rank * width, (rank + 1) * width), None)
+    out.mlp[2] = _narrow(block.mlp[2], None, slice(rank * width, (rank + 1) * width))
+    return out
 
 
 def plan(model, tp: int, sp: bool) -> dict:
