@@ -49,15 +49,15 @@ def _write_inventory(path: Path, kinds: dict[str, float], profiles: dict[float, 
     return path
 
 
-def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus: dict,
+def _check(name: str, made: dict, measured: dict, alone: dict, batch: int, cpus: dict,
            homogeneous: dict | None = None, after: dict | None = None) -> dict:
     """Predicted against measured for a plan's split and the uniform one. Utilization both ways:
     against each device alone on the whole batch, and as HETHUB counts it, against each kind's
     homogeneous job (here one device of the kind, on its share of the batch: `homogeneous`)."""
-    rate_alone = sum(batch / alone[k]["median_step_s"] for k in plan["devices"])
+    rate_alone = sum(batch / alone[k]["median_step_s"] for k in made["devices"])
     rate_kinds = (sum(h["batch"] / h["median_step_s"] for h in homogeneous.values()) if homogeneous else None)
     rows = {}
-    for which, pred in (("planned", plan["predicted"]), ("uniform", plan["uniform"]["predicted"])):
+    for which, pred in (("planned", made["predicted"]), ("uniform", made["uniform"]["predicted"])):
         runs = measured[which]
         step = statistics.median(r["median_step_s"] for r in runs)
         rows[which] = {"predicted_step_s": round(pred["step_s"], 4), "measured_step_s": round(step, 4),
@@ -70,10 +70,10 @@ def _check(name: str, plan: dict, measured: dict, alone: dict, batch: int, cpus:
                                                       else round(pred["utilization_seed"], 4)),
                        "utilization_seed_measured": None if rate_kinds is None else round(batch / step / rate_kinds, 4),
                        "load_1m": [r["load_1m"] for r in runs]}
-    split = plan.get("batch_split") or plan.get("pp_split")
-    uniform = plan["uniform"].get("batch_split") or plan["uniform"].get("pp_split")
+    split = made.get("batch_split") or made.get("pp_split")
+    uniform = made["uniform"].get("batch_split") or made["uniform"].get("pp_split")
     return {"plan": name, "split": split, "uniform_split": uniform, "cpus_by_rank": cpus,
-            "microbatches": plan.get("microbatches"), "stage_order": plan.get("stage_order"), **rows,
+            "microbatches": made.get("microbatches"), "stage_order": made.get("stage_order"), **rows,
             "planned_over_uniform_throughput": round(rows["uniform"]["measured_step_s"] / rows["planned"]["measured_step_s"], 3)}
 
 
