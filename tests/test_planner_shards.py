@@ -155,9 +155,33 @@ def test_profile_times_the_shards_this_size_has_and_says_why_not_the_others(tmp_
     schema.open_record(d, 0.0)
     schema.close_record(d, {**got, "constraint": {"cpus": None, "how": "unconstrained"}}, schema.FINISHED, "", 0.0)
     c = layer_costs.from_profile("tiny", d)
-    assert c.shard_fraction("tp", 2, 2, False) == pytest.approx(got["layers"]["block_tp2"][0]["fwd_s"]
-                                                                / got["layers"]["block"][0]["fwd_s"])
+    row = got["layers"]["block_tp2"][0]
+    assert c.shard_fraction("tp", 2, 2, False) == row["share_fwd"]  # the interleaved pairs' median ratio
+    assert c.shard_fraction("tp", 2, 64, True) == row["share_bwd"]  # a share, unlike a time, is not extrapolated
+    assert len(row["share_samples"]) == len(row["fwd_samples_s"]) >= 3
     assert c.shard_fraction("tp", 4, 2, False) is None and "tp2 measured" in c.source
+
+
+def test_a_share_is_timed_in_alternating_passes_with_the_block(monkeypatch):
+    """_time_share on a fake clock: the block takes 10 + 20 ms, the member 6 + 12 ms, so its share
+    is 0.6 both ways, every pair's; the passes alternate A B B A (drift within a pair cancels
+    over two pairs), and the member's own times are its row's."""
+    from harness.planning import profile
+    clock, order = [0.0], []
+    costs = {"whole": (0.010, 0.020), "part": (0.006, 0.012)}
+
+    def fake_pass(module, make_input, loss_fn):
+        order.append(module)
+        f, b = costs[module]
+        clock[0] += f + b
+        return f, b, 100, 10
+    monkeypatch.setattr(profile, "_pass", fake_pass)
+    monkeypatch.setattr(profile, "now", lambda: clock[0])
+    row = profile._time_share(("whole", None), ("part", None), repeats=4)
+    assert row["share_fwd"] == pytest.approx(0.6) and row["share_bwd"] == pytest.approx(0.6)
+    assert row["fwd_s"] == pytest.approx(0.006) and row["bwd_s"] == pytest.approx(0.012)
+    assert order[2:10] == ["whole", "part", "part", "whole", "whole", "part", "part", "whole"]  # after 2 untimed
+    assert row["ended_by"] == "repeats" and len(row["share_samples"]) == 4
 
 
 def test_profile_cli_refuses_a_bad_shard_in_one_line():

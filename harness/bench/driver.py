@@ -25,8 +25,8 @@ store_postgres: harness/bench/store_postgres.py (32 concurrent ingesters of 1,00
 server on PostgreSQL: exactly one run per record; records/s against one ingester, sqlite, a bare client).
 ddp_overlap: harness/bench/ddp_overlap.py (DDP's bucketed all-reduce under the backward vs after it, 2 ranks:
 measured steps beside the simulator's overlap model).
-tp_shards: harness/bench/tp_shards.py (a real tp2 pair against DDP at 2 ranks, interleaved, beside the
-planner's prediction with the profiled tensor-parallel member's block and with the even split).
+group_shards: harness/bench/group_shards.py (real tp2 and cp2 pairs against DDP at 2 ranks, interleaved,
+beside the planner's prediction with the profiled group member's block and with the even split).
 store_scale: harness/bench/store_scale.py (stores of 1k, 10k and 100k runs on sqlite and PostgreSQL: the
 sweep table, one sweep's load_runs(), every run's, Overview's first render).
 data_wait_share: share of step time spent waiting for data, per loader path.
@@ -66,7 +66,7 @@ from harness.bench import roofline as perf_roofline
 from harness.bench import store_postgres as perf_store_pg
 from harness.bench import store_scale as perf_store_scale
 from harness.bench import ddp_overlap as perf_overlap
-from harness.bench import tp_shards as perf_tp_shards
+from harness.bench import group_shards as perf_group_shards
 from harness.bench import verdicts as perf_verdicts
 from harness.config import registry
 from harness.config.run_config import RunConfig
@@ -192,7 +192,7 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "calibration": perf_verdicts.calibration, "demo_reproducibility": perf_verdicts.demo_reproducibility,
               "recompute": perf_recompute.recompute_bench, "context_parallel": perf_cp.context_parallel_bench,
               "store_postgres": perf_store_pg.concurrent_ingest, "store_scale": perf_store_scale.store_scale,
-              "ddp_overlap": perf_overlap.ddp_overlap_bench, "tp_shards": perf_tp_shards.tp_shards_bench}
+              "ddp_overlap": perf_overlap.ddp_overlap_bench, "group_shards": perf_group_shards.group_shards_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

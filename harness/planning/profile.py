@@ -106,37 +106,72 @@ def _ended(totals: list[float], start: float, mine: str | None, cohort, rule: tu
     return mine, (mine is not None) if cohort is None else cohort.done(mine is not None)
 
 
+def _pass(module, make_input, loss_fn) -> tuple[float, float, int, int]:
+    """One forward and backward of `module` on make_input(): (fwd s, bwd s, bytes autograd saved,
+    the output's bytes). With loss_fn the backward starts from the loss, else from ones."""
+    x = make_input()
+    module.zero_grad(set_to_none=True)
+    t0 = now()
+    out, saved = _saved_bytes(lambda: module(x) if loss_fn is None else loss_fn(module(x)))
+    t1 = now()
+    out.backward(None if loss_fn else torch.ones_like(out))
+    t2 = now()
+    return t1 - t0, t2 - t1, saved, (out.numel() * out.element_size() if loss_fn is None else 0)
+
+
 def _time_layer(module, make_input, loss_fn, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
                 budget_s: float = BUDGET_S, cohort=None) -> dict:
     """Median forward and backward seconds of `module` on make_input(), its saved bytes and
-    its output's bytes. With loss_fn the backward starts from the loss, else from ones.
-    Timed passes until _stop says (after one untimed: allocator and kernel warm-up) and, in a
-    cohort, until every rank's rule has; the row keeps every sample, the interval's half-width
-    reached, what ended this rank's rule and how many passes it then ran while peers sampled."""
-    fwd, bwd, totals, saved, out_bytes = [], [], [], 0, 0
-    start, mine, over, held = now(), None, False, 0
-    i = 0
+    its output's bytes. Timed passes until _stop says (after one untimed: allocator and kernel
+    warm-up) and, in a cohort, until every rank's rule has; the row keeps every sample, the
+    interval's half-width reached, what ended this rank's rule and how many passes it then ran
+    while peers sampled."""
+    fwd, bwd, totals = [], [], []
+    _, _, saved, out_bytes = _pass(module, make_input, loss_fn)
+    start, mine, over, held = now(), None, False, 0  # the window counts timed passes only
     while not over:
-        x = make_input()
-        module.zero_grad(set_to_none=True)
-        t0 = now()
-        out, saved = _saved_bytes(lambda: module(x) if loss_fn is None else loss_fn(module(x)))
-        t1 = now()
-        out.backward(None if loss_fn else torch.ones_like(out))
-        t2 = now()
-        out_bytes = out.numel() * out.element_size() if loss_fn is None else 0
-        if i:
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-            totals.append(t2 - t0)
-            held += mine is not None
-            mine, over = _ended(totals, start, mine, cohort, (repeats, cell_s, precision, budget_s))
-        else:
-            start = now()  # the window counts timed passes only
-        i += 1
+        f, b, saved, out_bytes = _pass(module, make_input, loss_fn)
+        fwd.append(f)
+        bwd.append(b)
+        totals.append(f + b)
+        held += mine is not None
+        mine, over = _ended(totals, start, mine, cohort, (repeats, cell_s, precision, budget_s))
     return {"fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd), "fwd_samples_s": fwd,
             "bwd_samples_s": bwd, "saved_bytes": saved, "out_bytes": out_bytes,
             "half_width": _finite(_half_width(totals)), "ended_by": mine, "held_passes": held}
+
+
+def _time_share(whole: tuple, part: tuple, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
+                budget_s: float = BUDGET_S, cohort=None) -> dict:
+    """`part`'s row (a group member's block: shards.py) timed in alternating passes with `whole`
+    (the block), A B B A ..., so that its share of the block, a ratio, is measured with the
+    machine's drift cancelled (the run engine's interleaving, harness/run/interleave.py): the
+    medians of the per-pair ratios, forward and backward (share_fwd, share_bwd), sampled until
+    the total's ratio meets the stop rule. `whole` and `part`: (module, input maker)."""
+    rows = {"whole": ([], []), "part": ([], [])}
+    ratios: list[float] = []
+    _pass(*whole, None)
+    _, _, saved, out_bytes = _pass(*part, None)
+    start, mine, over, held, i = now(), None, False, 0, 0
+    while not over:
+        got = {}
+        for side in (("whole", "part") if i % 2 == 0 else ("part", "whole")):
+            f, b, s_, o = _pass(*(whole if side == "whole" else part), None)
+            got[side] = (f, b)
+            rows[side][0].append(f)
+            rows[side][1].append(b)
+            if side == "part":
+                saved, out_bytes = s_, o
+        ratios.append(sum(got["part"]) / sum(got["whole"]))
+        held += mine is not None
+        mine, over = _ended(ratios, start, mine, cohort, (repeats, cell_s, precision, budget_s))
+        i += 1
+    (wf, wb), (pf, pb) = rows["whole"], rows["part"]
+    return {"fwd_s": statistics.median(pf), "bwd_s": statistics.median(pb), "fwd_samples_s": pf, "bwd_samples_s": pb,
+            "share_fwd": statistics.median(p / w for p, w in zip(pf, wf)),
+            "share_bwd": statistics.median(p / w for p, w in zip(pb, wb)), "share_samples": ratios,
+            "saved_bytes": saved, "out_bytes": out_bytes, "half_width": _finite(_half_width(ratios)),
+            "ended_by": mine, "held_passes": held}
 
 
 def _finite(x: float) -> float | None:
@@ -220,14 +255,18 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
                                    shards.stream(lm["d_model"]))
     measured = {**lm["layers"], "block_recompute": again, **parts}
     layers: dict[str, list[dict]] = {k: [] for k in measured}
+    block, block_input = lm["layers"]["block"]
     for mb in microbatches:
         y = lm["target"](mb)
         for kind, (module, make) in measured.items():
             if cohort:
                 cohort.start()
-            row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration
-                              (lambda out: wl.loss(out, y)) if kind == "head" else None, repeats, cell_s,
-                              precision, budget_s, cohort)
+            rule = (repeats, cell_s, precision, budget_s, cohort)
+            if kind in parts:  # a share of the block: timed against it, interleaved
+                row = _time_share((block, lambda: block_input(mb)), (module, lambda: make(mb)), *rule)  # noqa: B023
+            else:
+                row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration
+                                  (lambda out: wl.loss(out, y)) if kind == "head" else None, *rule)
             layers[kind].append({"microbatch": mb, **row})
     return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
             "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -91,12 +92,12 @@ def stream(d_model: int):
 
 
 def efficiency(summary: dict, name: str) -> list[tuple[int, float]]:
-    """[(microbatch, efficiency)] of a measured shard: the block's forward + backward over N
-    times the member's (1.0: the split is free, as the planner's model without it assumes)."""
+    """[(microbatch, efficiency)] of a measured shard: 1 / (N x the member's share of the block's
+    forward + backward), the share the median of the interleaved pairs' ratios (1.0: the split is
+    free, as the planner's model without it assumes)."""
     n = int(name[2:])
-    block = {r["microbatch"]: r["fwd_s"] + r["bwd_s"] for r in summary["layers"]["block"]}
-    return [(r["microbatch"], block[r["microbatch"]] / (n * (r["fwd_s"] + r["bwd_s"])))
-            for r in summary["layers"].get(f"block_{name}", []) if r["microbatch"] in block]
+    return [(r["microbatch"], 1 / (n * statistics.median(r["share_samples"])))
+            for r in summary["layers"].get(f"block_{name}", [])]
 
 
 def efficiency_lines(summary: dict) -> list[str]:
@@ -108,5 +109,5 @@ def efficiency_lines(summary: dict) -> list[str]:
             continue
         eff = efficiency(summary, name)
         out.append(f"{name}: one member's compute at " + ", ".join(f"mb{mb} {e:.2f}" for mb, e in eff)
-                   + f" of a free 1/{name[2:]} split (block time / ({name[2:]} x the member's))")
+                   + f" of a free 1/{name[2:]} split (1 / ({name[2:]} x its share of the block, timed interleaved))")
     return out

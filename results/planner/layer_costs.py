@@ -55,6 +55,17 @@ def _interp(points: list[tuple[int, float]], b: float) -> float:
     return max(0.0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))
 
 
+def _share_at(points: list[tuple[int, float]], b: float) -> float:
+    """A ratio measured at some microbatch sizes, at b: interpolated between them, the nearest
+    one's outside them (unlike a time, a share does not grow with the batch)."""
+    xs = [p[0] for p in points]
+    if b <= xs[0]:
+        return points[0][1]
+    if b >= xs[-1]:
+        return points[-1][1]
+    return _interp(points, b)
+
+
 class Costs:
     """One device kind's costs for one model. Per layer kind: fwd(kind, b), bwd(kind, b) in
     seconds for a microbatch of b samples; saved(kind, b) bytes kept for backward."""
@@ -66,7 +77,7 @@ class Costs:
                  flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
                  measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
                  kv_bytes_per_sample: float | None = None, kv_heads: int | None = None,
-                 grad_copy_s_per_byte: float = 0.0):
+                 grad_copy_s_per_byte: float = 0.0, shares: dict | None = None):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -74,6 +85,9 @@ class Costs:
         # DDP's copies of the gradients into its buckets and back, per gradient byte (profiled;
         # 0 for a what-if shape and for profiles older than the measurement)
         self.grad_copy_s_per_byte = grad_copy_s_per_byte
+        # {"block_tp2": {"fwd": [(b, share)], "bwd": ...}}: a group member's block over the whole
+        # block, timed in alternating passes (harness/planning/profile.py _time_share)
+        self._shares = shares or {}
         self._times, self._saved, self._flop, self._flop_s = times, saved_per_sample or {}, flop_per_sample, flop_s
         self.recompute_per_sample = recompute_per_sample  # bytes a recomputed layer keeps (its input)
         self.measured, self.source = measured, source
@@ -113,18 +127,21 @@ class Costs:
         at microbatch b, where the profile timed that member's share (harness/planning/shards.py);
         else None (the planner then assumes 1/n)."""
         key = f"block_{dim}{n}"
+        d = "bwd" if backward else "fwd"
+        if key in self._shares:  # measured as a ratio, interleaved with the block
+            return _share_at(self._shares[key][d], b)
         if self._times is None or key not in self._times:
             return None
-        d = "bwd" if backward else "fwd"
         whole = _interp(self._times["block"][d], b)
         return _interp(self._times[key][d], b) / whole if whole > 0 else None
 
     def without_shards(self) -> "Costs":
         """These costs with no measured tensor/context-parallel shares: a group priced as an even
-        split, the model the measurement replaces (the tp_shards bench shows both)."""
+        split, the model the measurement replaces (the group_shards bench shows both)."""
         out = copy.copy(self)
         if self._times is not None:
             out._times = {k: v for k, v in self._times.items() if not k.startswith(("block_tp", "block_cp"))}
+        out._shares = {}
         return out
 
     def group_reduce_s(self, params: float) -> float:
@@ -191,11 +208,13 @@ def from_profile(name: str, record: Path) -> Costs:
              for k, rows in s["layers"].items()}
     saved = {k: max(r["saved_bytes"] / r["microbatch"] for r in rows) for k, rows in s["layers"].items()
              if k in ("embedding", "block", "head")}
+    shares = {k: {d: [(r["microbatch"], r[f"share_{d}"]) for r in rows] for d in ("fwd", "bwd")}
+              for k, rows in s["layers"].items() if rows and "share_fwd" in rows[0]}
     return Costs(name=name, params=s["params"], n_blocks=s["n_blocks"],
                  boundary_bytes_per_sample=s["boundary_bytes_per_sample"],
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
                  optimizer_s_per_param=s["optimizer_s_per_param"], times=times, saved_per_sample=saved,
-                 grad_copy_s_per_byte=s.get("grad_copy_s_per_byte", 0.0),
+                 grad_copy_s_per_byte=s.get("grad_copy_s_per_byte", 0.0), shares=shares,
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
