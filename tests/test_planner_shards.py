@@ -3,8 +3,11 @@ one group member's share of a block (harness/planning/shards.py, workloads/lm/pa
 shard_block), and the planner prices a group with it (results/planner/within_stage.py)."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -160,6 +163,17 @@ def test_profile_times_the_shards_this_size_has_and_says_why_not_the_others(tmp_
     assert c.shard_fraction("tp", 2, 64, True) == row["share_bwd"]  # a share, unlike a time, is not extrapolated
     assert len(row["share_samples"]) == len(row["fwd_samples_s"]) >= 3
     assert c.shard_fraction("tp", 4, 2, False) is None and "tp2 measured" in c.source
+    # end to end: `harness plan` on it says where its costs came from, and that only the links are estimated
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"devices:\n  - {{kind: cpu, count: 4, memory_gb: 1, node_size: 2, profile: {d}}}\n"
+                   "links: {busbw_gb_per_s: 1, latency_us: 50}\n")
+    r = subprocess.run([sys.executable, "-m", "harness", "plan", "--devices", str(inv), "--size", "tiny",
+                        "--global-batch", "8", "--strategy", "auto"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HARNESS_RESULTS": str(tmp_path / "res")})
+    assert r.returncode == 0, r.stderr
+    assert "SIMULATION (estimates: links ESTIMATE: 1 GB/s busbw, 50 us latency)" in r.stdout.splitlines()[0]
+    plan = json.loads(Path(r.stdout.split("plan: ")[-1].split()[0]).read_text())
+    assert "tp2 measured" in plan["sources"]["cpu"] and "cp2 measured" in plan["sources"]["cpu"]
 
 
 def test_a_share_is_timed_in_alternating_passes_with_the_block(monkeypatch):

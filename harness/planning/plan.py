@@ -110,9 +110,8 @@ def _split_text(devices: list[str], shares: list[int]) -> str:
 def _lines(p: dict) -> list[str]:
     pr, un = p["predicted"], p["uniform"]["predicted"]
     estimates = {f"{k}: {s.removeprefix('ESTIMATE: ')}" for k, s in p["sources"].items() if s.startswith("ESTIMATE")}
-    head = "SIMULATION (estimates: " + "; ".join(sorted(estimates)) + \
-        (f"; links {p['links']}" if p["links"].startswith("ESTIMATE") else "") + ")" if p["estimate"] else \
-        "from measured profiles and links"
+    said = sorted(estimates) + ([f"links {p['links']}"] if p["links"].startswith("ESTIMATE") else [])
+    head = f"SIMULATION (estimates: {'; '.join(said)})" if p["estimate"] else "from measured profiles and links"
     out = [f"plan ({p['strategy']}, global batch {p['global_batch']}, {len(p['devices'])} devices): {head}"]
     for r in plan_report.per_kind_frame(p).to_dict("records"):
         g = "".join(f" {n}{r[c]}" for n, c in (("tp", "tensor parallel"), ("cp", "context parallel")) if r[c] > 1)
