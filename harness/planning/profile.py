@@ -9,7 +9,8 @@ or --budget-s seconds have gone by; the row says which ended it), the bytes auto
 backward (activation memory, counted by saved_tensors_hooks, each storage once) and the
 output's bytes (what a stage boundary sends).
 With `--shards tp2,cp2` (the default), the block as one member of a tensor- or context-parallel
-group computes it (harness/planning/shards.py), timed the same way: the planner's TP and CP
+group computes it (harness/planning/shards.py), timed in alternating passes with the block so
+that its share of the block, a ratio, is free of the machine's drift: the planner's TP and CP
 compute, measured.
 Per model: parameters per layer kind, the optimizer's step time per parameter (AdamW over
 the whole model, timed the same way), and what copying every gradient into one flat buffer and
