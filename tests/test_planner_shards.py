@@ -95,9 +95,8 @@ def test_shard_parser_fuzz_answers_a_list_or_one_usage_error(text):
 
 
 def _with_shard(base, name: str, fraction: float):
-    """base's costs plus a measured `name` member's block at `fraction` of the block's time."""
-    t = base._times["block"]
-    base._times[f"block_{name}"] = {d: [(b, s * fraction) for b, s in t[d]] for d in ("fwd", "bwd")}
+    """base's costs plus a measured `name` member's share of the block, `fraction` at every size."""
+    base._shares[f"block_{name}"] = {d: [(1, fraction), (8, fraction)] for d in ("fwd", "bwd")}
     return base
 
 

@@ -126,21 +126,13 @@ class Costs:
         """One member of an n-way `dim` ("tp" or "cp") group's block time over the whole block's,
         at microbatch b, where the profile timed that member's share (harness/planning/shards.py);
         else None (the planner then assumes 1/n)."""
-        key = f"block_{dim}{n}"
-        d = "bwd" if backward else "fwd"
-        if key in self._shares:  # measured as a ratio, interleaved with the block
-            return _share_at(self._shares[key][d], b)
-        if self._times is None or key not in self._times:
-            return None
-        whole = _interp(self._times["block"][d], b)
-        return _interp(self._times[key][d], b) / whole if whole > 0 else None
+        got = self._shares.get(f"block_{dim}{n}")  # measured as a ratio, interleaved with the block
+        return None if got is None else _share_at(got["bwd" if backward else "fwd"], b)
 
     def without_shards(self) -> "Costs":
         """These costs with no measured tensor/context-parallel shares: a group priced as an even
         split, the model the measurement replaces (the group_shards bench shows both)."""
         out = copy.copy(self)
-        if self._times is not None:
-            out._times = {k: v for k, v in self._times.items() if not k.startswith(("block_tp", "block_cp"))}
         out._shares = {}
         return out
 
