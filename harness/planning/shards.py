@@ -1,8 +1,9 @@
 """What one member of a tensor- or context-parallel group computes in a transformer block, as a
 module `harness profile` can time on one device (`--shards tp2,cp2`), so the planner prices a
 group's compute from a measurement instead of assuming the block's time / (t c)
-(results/planner/within_stage.py). On small layers the split is not free: narrower matmuls and
-fewer heads run below the full block's efficiency.
+(results/planner/within_stage.py). On small layers the split need not be free: narrower matmuls
+and fewer heads may run below the full block's efficiency (on LM small at batch 8 on this CPU it
+was nearly free: a member's share 0.49-0.53).
 
 - `tpT`: the workload's own shard of the block (capability tensor_parallel_shard: for the LM,
   its heads and its 4h/T slice of the MLP, workloads/lm/parallel_plan.py), on the whole sequence
@@ -21,7 +22,6 @@ import re
 import statistics
 
 import torch
-import torch.nn.functional as F
 
 from harness.config import registry
 from harness.config.errors import UsageError
@@ -63,13 +63,11 @@ def layer(wl, size, block, name: str, stream):
     part = copy.deepcopy(block)
     _, attention = wl.context_parallel_modules(part)
     ctx = ContextParallel(part, attention, None, 0, n, size.seq_len, "cpu")
-
-    def attend(q, k, v, dropout_p: float = 0.0):
-        # the group's K and V after the all-gather: C chunks of this rank's size (a copy here)
-        full_k, full_v = (t.repeat(1, 1, n, 1) for t in (k, v))
-        return F.scaled_dot_product_attention(q, full_k, full_v, attn_mask=ctx.mask(q.dtype), dropout_p=dropout_p)
+    # context parallel's own attention and mask; its all-gather stood in for by a local copy of
+    # this rank's K and V to the group's size (the same bytes, on one device)
+    ctx.gather = lambda t: t.repeat(1, 1, n, 1)
     for m in attention:
-        m.attend = attend
+        m.attend = ctx.attend
     return part, lambda mb: stream(mb, size.seq_len // n)
 
 

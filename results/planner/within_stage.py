@@ -8,8 +8,8 @@ One member of a group of t tensor x c context ranks, per microbatch of b samples
 ../shared/reference/parallelism.md, sections 1 and 6):
 - compute: a block's time x what one member's share of it takes, per dimension: measured
   where the profile timed a tpT or cpC member's block (harness profile --shards,
-  harness/planning/shards.py: narrower matmuls and fewer heads run below the whole block's
-  efficiency on small layers), else 1/t and 1/c, an even split (what a what-if shape gets).
+  harness/planning/shards.py: narrower matmuls and fewer heads may run below the whole
+  block's efficiency on small layers), else 1/t and 1/c, an even split (what a what-if shape gets).
   Tensor and context parallel together: the two measured shares multiplied. The embeddings
   and the head: their time / (t c);
 - tensor parallel with sequence parallel, per block: 2 all-gathers + 2 reduce-scatters of
