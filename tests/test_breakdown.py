@@ -26,3 +26,22 @@ def test_op_classes():
     assert breakdown.classify("aten::copy_") == "memory_bound"
     assert breakdown.classify("aten::_softmax") == "memory_bound"
     assert breakdown.classify("aten::empty") == "other"
+
+
+def test_slow_steps_shorten_the_profiled_phase_on_one_rank_only():
+    """Five profiled steps of emulated bf16 (1.7 s each) outlasted the run's sampling budget: the
+    phase is held to PROFILE_S of steps (at least 2); with several ranks every rank must run the
+    same steps and only rank 0 holds the times, so the configured count stands."""
+    from types import SimpleNamespace as NS
+    from harness.config.run_config import RunConfig
+    from harness.run import loop
+    cfg = RunConfig(workload="cosmoflow", profile_steps=5)
+    rec = lambda step_s: NS(steps=[{"phase": "warmup", "step_s": 9.0}]  # noqa: E731
+                            + [{"phase": "steady", "step_s": step_s}] * 4)
+    one, two = NS(world=1), NS(world=2)
+    assert loop._profiled_steps(cfg, rec(0.1), one) == 5
+    assert loop._profiled_steps(cfg, rec(1.0), one) == 3  # ceil(3 s / 1 s)
+    assert loop._profiled_steps(cfg, rec(1.7), one) == 2
+    assert loop._profiled_steps(cfg, rec(30.0), one) == 2
+    assert loop._profiled_steps(cfg, rec(1.7), two) == 5
+    assert loop._profiled_steps(cfg, NS(steps=[]), one) == 5

@@ -116,3 +116,28 @@ def test_roofline_command_prints_the_ceilings(env, tmp_path):
     assert any("stream_triad" in k for k in cached)
     bad = harness(env, "roofline", "--device", "tpu")
     assert bad.returncode == 2 and bad.stderr.strip().startswith("harness: error: unknown or absent device 'tpu'")
+
+
+def test_a_dtypes_peak_is_at_least_fp32s_and_says_which_matmul_set_it(monkeypatch, tmp_path):
+    """On a CPU without bf16 instructions the bf16 matmul ran at 0.84 GFLOP/s against ~100 in fp32,
+    and autocast's convolutions beat it ("MFU 141%"): the ceiling of any dtype is at least fp32's."""
+    from harness.measure import peak
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    speeds = {"fp32": 100e9, "bf16": 0.84e9, "fp16": 300e9}
+    monkeypatch.setattr(peak, "measure", lambda device, dtype: speeds[dtype])
+    assert peak.measured_peak("cpu", "bf16") == 100e9
+    assert peak.peak_source("cpu", "bf16") == "fp32 matmul; bf16's own reached 0.84 GFLOP/s"
+    assert peak.measured_peak("cpu", "fp16") == 300e9 and peak.peak_source("cpu", "fp16") == "fp16 matmul"
+    assert peak.for_run("cpu", "fp32") == {"peak_dtype": "fp32", "peak_flop_per_s_measured": 100e9,
+                                           "peak_source": "fp32 matmul"}
+
+
+def test_the_peak_matmul_grows_until_one_product_takes_long_enough():
+    """A slow dtype is measured on a smaller product (six 1024-edge bf16 products took 15 s there);
+    a fast one still reaches the full edge."""
+    from harness.measure import peak
+    # fake clock: the product's time is its FLOPs at a fixed speed
+    at = lambda flops: lambda a, b, device: 2 * a.shape[0] ** 3 / flops  # noqa: E731
+    assert peak.edge("cpu", "fp32", timed=at(100e9)) == peak.SIDE["cpu"]
+    assert peak.edge("cpu", "fp32", timed=at(0.84e9)) == 512  # 256: 40 ms < MIN_S; 512: 0.32 s
+    assert peak.edge("cpu", "fp32", timed=at(1e15)) == peak.SIDE["cpu"]

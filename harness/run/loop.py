@@ -244,7 +244,8 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
     dp_rank, dp_world = data_shard(cfg, dist)
     shares = _shares(cfg, dp_world)
     if cfg.profile_steps:  # first: a dispatch mode (the accounting's, the op counter's) un-compiles a compiled model
-        _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares)
+        _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares,
+                 _profiled_steps(cfg, rec, dist))
     if dist.world > 1 or cfg.parallel.recompute != "none" or cfg.account:
         # what the strategy cost: collectives, bytes, memory (on one rank: memory only)
         plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 2,
@@ -259,18 +260,34 @@ def _after_the_clock(cfg, workload, size, root, ts, local_batch, dist, rec) -> N
     rec.info.update(peak.for_run(cfg.device, ts.dtype))
 
 
-def _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares) -> None:
-    """The bottleneck breakdown (profiled steps), then one counted step: every op on the roofline."""
+# s: how long the profiled phase may take, where steps are slow. bf16 emulated on a CPU without
+# bf16 instructions ran tiny CosmoFlow at 1.7 s a step (2026-12-03): five profiled steps and the
+# counted one took longer than its whole interleaved sampling budget.
+PROFILE_S = 3.0
+
+
+def _profiled_steps(cfg: RunConfig, rec, dist) -> int:
+    """cfg.profile_steps, fewer (at least 2) where PROFILE_S holds fewer of the run's median steady
+    steps. One rank only: every rank must profile the same steps, and rank 0 alone holds the times."""
+    steady = [r["step_s"] for r in rec.steps if r.get("phase") == "steady"]
+    if dist.world > 1 or not steady:
+        return cfg.profile_steps
+    fit = math.ceil(PROFILE_S / max(float(np.median(steady)), 1e-9))
+    return min(cfg.profile_steps, max(2, fit))
+
+
+def _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_world, shares, steps: int) -> None:
+    """The bottleneck breakdown (`steps` profiled steps), then one counted step: every op on the roofline."""
     from harness.measure import breakdown
     from harness.measure import op_counts
     from harness.measure import op_roofline
     from harness.measure import roofline
     plan, _ = data.train_plan(workload.n_samples(root, "train", size), local_batch, cfg.seed + 1,
-                              cfg.profile_steps + 1, dp_rank, dp_world, shares)
+                              steps + 1, dp_rank, dp_world, shares)
     loader = data.make_loader(cfg, workload, size, root, "train", plan, dist.local_rank)
     try:
         rec.info["breakdown"], chains = breakdown.profile_steps(lambda b: ts(*ts.prepare(*b)), loader,
-                                                                cfg.profile_steps, cfg.device)
+                                                                steps, cfg.device)
         batch = next(loader)
         counts = op_counts.count(lambda: ts(*ts.prepare(*batch)))  # after the profile: see op_counts
     finally:
@@ -281,7 +298,7 @@ def _profile(cfg, workload, size, root, ts, local_batch, dist, rec, dp_rank, dp_
     # this rank's share of the model's FLOPs: its samples of the data-parallel batch, split over
     # the tensor/pipeline ranks of its replica
     rank_samples = len(plan[0]) * dp_world / dist.world
-    rec.info["roofline"] = op_roofline.report(counts, chains, cfg.profile_steps,
+    rec.info["roofline"] = op_roofline.report(counts, chains, steps,
                                               roofline.ceilings(cfg.device, ts.dtype),
                                               workload.flops_per_sample(size) * rank_samples,
                                               rec.info["breakdown"]["shares"])

@@ -53,7 +53,7 @@ med = med.dropna(axis=1, how="all")  # a column with no value anywhere (mfu_vend
 med = med.assign(_first=med["config"] != "baseline").sort_values(["workload", "size", "_first", "config"])
 med = med.drop(columns="_first")  # the baseline first, then the configurations by name
 st.dataframe(med, hide_index=True, width="stretch")
-described = {"mfu_measured_pct": "mfu_measured_pct against this machine's measured matmul peak at the run's dtype",
+described = {"mfu_measured_pct": "mfu_measured_pct against this machine's measured matmul peak at the run's dtype (fp32's where that is faster)",
              "mfu_vendor_pct": "mfu_vendor_pct against the vendor's datasheet peak (known devices only)"}
 st.caption("MFU = model FLOPs per sample x samples/s over the device peak (PaLM, appendix B): "
            + "; ".join(v for k, v in described.items() if k in med) + ".")

@@ -38,7 +38,9 @@ def describe(rec: dict) -> list[str]:
         parts.append(f"{s['samples_per_s']:.1f} samples/s")
     mfu = s.get("mfu_measured_pct")
     if isinstance(mfu, (int, float)):
-        parts.append(f"MFU {mfu:.1f}% of this device's measured peak")
+        src = s.get("peak_source", "")
+        parts.append(f"MFU {mfu:.1f}% of this device's measured peak"
+                     + (f" ({src})" if src.startswith("fp32") and s.get("peak_dtype") != "fp32" else ""))
     verdict = stability.verdict(pd.DataFrame([s]), [steps])
     lines = [", ".join(parts) + f"; {verdict}"]
     if isinstance(s.get("ab_ratio"), (int, float)):
