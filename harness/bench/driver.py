@@ -27,6 +27,8 @@ ddp_overlap: harness/bench/ddp_overlap.py (DDP's bucketed all-reduce under the b
 measured steps beside the simulator's overlap model).
 group_shards: harness/bench/group_shards.py (real tp2 and cp2 pairs against DDP at 2 ranks, interleaved,
 beside the planner's prediction with the profiled group member's block and with the even split).
+tp_step: harness/bench/tp_step.py (a real tp2 step split: the member's compute, waiting at the collectives,
+the activations' transfer in the step against the same all-reduces alone, DTensor's own cost).
 store_scale: harness/bench/store_scale.py (stores of 1k, 10k and 100k runs on sqlite and PostgreSQL: the
 sweep table, one sweep's load_runs(), every run's, Overview's first render).
 data_wait_share: share of step time spent waiting for data, per loader path.
@@ -67,6 +69,7 @@ from harness.bench import store_postgres as perf_store_pg
 from harness.bench import store_scale as perf_store_scale
 from harness.bench import ddp_overlap as perf_overlap
 from harness.bench import group_shards as perf_group_shards
+from harness.bench import tp_step as perf_tp_step
 from harness.bench import verdicts as perf_verdicts
 from harness.config import registry
 from harness.config.run_config import RunConfig
@@ -192,7 +195,8 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "calibration": perf_verdicts.calibration, "demo_reproducibility": perf_verdicts.demo_reproducibility,
               "recompute": perf_recompute.recompute_bench, "context_parallel": perf_cp.context_parallel_bench,
               "store_postgres": perf_store_pg.concurrent_ingest, "store_scale": perf_store_scale.store_scale,
-              "ddp_overlap": perf_overlap.ddp_overlap_bench, "group_shards": perf_group_shards.group_shards_bench}
+              "ddp_overlap": perf_overlap.ddp_overlap_bench, "group_shards": perf_group_shards.group_shards_bench,
+              "tp_step": perf_tp_step.tp_step_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
