@@ -112,6 +112,7 @@ def test_roofline_command_prints_the_ceilings(env, tmp_path):
     out = harness({**env, "HARNESS_CACHE": str(tmp_path)}, "roofline", "--device", "cpu")
     assert out.returncode == 0, out.stderr
     assert "triad" in out.stdout and "ridge" in out.stdout and "fp32  peak" in out.stdout
+    assert "(fp32 matmul, " in out.stdout  # the matmul that set each peak is named
     cached = json.loads((tmp_path / "membw.json").read_text())
     assert any("stream_triad" in k for k in cached)
     bad = harness(env, "roofline", "--device", "tpu")

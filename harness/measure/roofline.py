@@ -78,7 +78,8 @@ def main(device: str) -> int:
     for dt in DTYPES[device]:
         c = ceilings(device, dt, threads)
         vendor = f"  datasheet {c['peak_vendor_flop_per_s'] / 1e12:,.1f} TFLOP/s" if "peak_vendor_flop_per_s" in c else ""
-        print(f"  {dt:<5} peak {c['peak_flop_per_s'] / 1e9:,.1f} GFLOP/s (matmul, {threads} threads){vendor}  "
+        print(f"  {dt:<5} peak {c['peak_flop_per_s'] / 1e9:,.1f} GFLOP/s ({peak.peak_source(device, dt)}, "
+              f"{threads} threads){vendor}  "
               f"ridge {c['ridge_flop_per_byte']:.1f} FLOP/byte (vs triad)")
     print("  below the ridge an op is memory-bound: its roof is intensity x bandwidth")
     return 0
