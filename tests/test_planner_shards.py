@@ -162,6 +162,11 @@ def test_profile_times_the_shards_this_size_has_and_says_why_not_the_others(tmp_
     assert c.shard_fraction("tp", 2, 64, True) == row["share_bwd"]  # a share, unlike a time, is not extrapolated
     assert len(row["share_samples"]) == len(row["fwd_samples_s"]) >= 3
     assert c.shard_fraction("tp", 4, 2, False) is None and "tp2 measured" in c.source
+    # one rank has no group to time: the record says so, and the links price the collectives
+    one = "needs a group of ranks: profile under mpiexec -n T or more"
+    assert got["in_step"] == {"tp2": one, "cp2": one}
+    assert c.group_in_step_s("tp", 2, 2) is None and "group timed" not in c.source
+    assert "tp2 group in the step: not timed (needs a group of ranks" in "\n".join(lines)
     # end to end: `harness plan` on it says where its costs came from, and that only the links are estimated
     inv = tmp_path / "inv.yaml"
     inv.write_text(f"devices:\n  - {{kind: cpu, count: 4, memory_gb: 1, node_size: 2, profile: {d}}}\n"
@@ -202,3 +207,63 @@ def test_profile_cli_refuses_a_bad_shard_in_one_line():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--shards: 'tp1' not understood; valid: tpN or cpN" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_group_timed_in_the_step_replaces_the_link_priced_collectives(tmp_path):
+    """tp_step found the real step's collectives cost what the links price plus as much again in
+    waiting and DTensor: where the profile timed the real group (0.05 s a block at b=4, 0.08 at 8),
+    a member's block is its compute + half that each way, not the links' 2 all-reduces; with cp2
+    beside it, tp's is read at b / c and cp's gather priced on the links until it is timed too;
+    without the measurements, the links again."""
+    from results.planner.links import LinkModel
+    links = NodeLinks(LinkModel(FREE, tmp_path))
+    base = _with_shard(_linear("a", 0.03), "tp2", 0.5)
+    base._in_step = {"tp2": [(4, 0.05), (8, 0.08)]}
+    tp = GroupCosts(base, Group(tp=2), links)
+    assert tp.fwd("block", 4) == pytest.approx(0.5 * base.fwd("block", 4) + 0.025)
+    assert tp.bwd("block", 8) == pytest.approx(0.5 * base.bwd("block", 8) + 0.04)
+    assert tp.fwd("head", 4) == pytest.approx(base.fwd("head", 4) / 2 + links.gather_s(
+        base.boundary_bytes_per_sample * 4, 2))  # outside the blocks: the links, as before
+    assert "tp2 collectives timed in the step" in tp.source
+    both = GroupCosts(base, Group(tp=2, cp=2), links)
+    kv = links.gather_s(base.kv_bytes_per_sample * 8 / 2, 2)
+    assert both.fwd("block", 8) == pytest.approx(0.25 * base.fwd("block", 8) + 0.025 + kv)
+    assert "tp2 collectives timed in the step, the others on the node's links" in both.source
+    base._in_step["cp2"] = [(4, 0.02), (8, 0.03)]
+    both = GroupCosts(base, Group(tp=2, cp=2), links)
+    assert both.fwd("block", 8) == pytest.approx(0.25 * base.fwd("block", 8) + 0.025 + 0.015)
+    assert "tp2 and cp2 collectives timed in the step" in both.source
+    assert "others" not in both.source
+    even = GroupCosts(base.without_shards(), Group(tp=2), links)
+    act = base.boundary_bytes_per_sample * 4
+    assert even.fwd("block", 4) == pytest.approx(base.fwd("block", 4) / 2 + 2 * links.all_reduce_s(act, 2))
+    assert "collectives on the node's links" in even.source
+
+
+def test_a_two_rank_profile_times_the_real_tp2_and_cp2_groups_against_their_members(tmp_path):
+    """Under mpiexec -n 2 the profile times the block as parallel.tp=2 runs it (DTensor, its
+    collectives) and as parallel.cp=2 does (the real all-gather of K and V) against one member's,
+    the same rounds on both ranks, and the planner's costs read both."""
+    from harness.parallel.dist import mpiexec
+    from results.planner import layer_costs
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HARNESS_RESULTS": str(tmp_path), "PYTHONPATH": str(repo)}
+    p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "harness", "profile", "lm", "--size", "tiny",
+                        "--microbatches", "1,4", "--repeats", "1", "--threads", "1", "--cell-s", "0.1",
+                        "--shards", "tp2,cp2"], env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "tp2 group in the step: mb1 +" in p.stdout and "cp2 group in the step: mb1 +" in p.stdout
+    recs = sorted((tmp_path / "profiles").glob("profile-lm-tiny-*"))
+    assert len(recs) == 2
+    for rec in recs:
+        got = json.loads((rec / "summary.json").read_text())["in_step"]
+        c = layer_costs.from_profile("cpu", rec)
+        for name in ("tp2", "cp2"):
+            rows = got[name]
+            assert [r["microbatch"] for r in rows] == [1, 4]
+            for r in rows:
+                assert len(r["extra_samples_s"]) == r["rounds"] >= 4 and r["in_step_s"] >= 0
+                # at tiny, a group's collectives (4 all-reduces; 2 all-gathers and their reduce-scatters)
+                # outweigh a member's small matmuls
+                assert r["group_s"] > r["member_s"] > 0
+            assert c.group_in_step_s(name[:2], 2, 4) == rows[1]["in_step_s"] and f"{name} group timed" in c.source

@@ -7,9 +7,11 @@ group run (parallel.tp=2: Megatron's column/row split through DTensor; parallel.
 half of every sequence, K and V all-gathered) is measured against DDP in the same process group,
 interleaved (harness/run/interleave.py), in `processes` launches, and the profile is taken again.
 Predicted from each profile: DDP's step (batch 4 a rank) and the pair's (the whole batch, one
-member's costs: within_stage.GroupCosts), the member's block compute from the measured share and,
-beside it, from the even 1/2 split. The figure that matters is the pair's step over DDP's:
-measured, predicted with the measured share, predicted with the even one.
+member's costs: within_stage.GroupCosts), "measured": the member's block compute from the measured
+share and, for tp2, the collectives as the profile timed the real group in the step
+(harness/planning/in_step.py); "even_split": 1/2 of the block and the collectives on the links,
+the model both replace. The figure that matters is the pair's step over DDP's: measured,
+predicted each way.
 """
 from __future__ import annotations
 
@@ -40,11 +42,14 @@ def predict(profile: Path, results: Path, batch: int) -> dict:
     out: dict = {"ddp_step_s": round(ddp, 4)}
     for name, (group, _) in GROUPS.items():
         row = {}
-        for how, c in (("measured_share", base), ("even_split", base.without_shards())):
+        for how, c in (("measured", base), ("even_split", base.without_shards())):
             step = dp_predict(["pair"], [batch], {"pair": GroupCosts(c, group, NodeLinks(links))}, links)["step_s"]
             row[how] = {"step_s": round(step, 4), "over_ddp": round(step / ddp, 4)}
         dim = name[:2]
         row["member_share_fwd_bwd"] = [round(base.shard_fraction(dim, 2, batch, b), 4) for b in (False, True)]
+        timed = base.group_in_step_s(dim, 2, batch)
+        if timed is not None:  # what the real group added to a member's block, forward + backward
+            row["group_in_step_s_per_block"] = round(timed, 4)
         out[name] = row
     return out
 
@@ -70,7 +75,7 @@ def group_shards_bench(processes: int = 2, budget_s: float = 45.0, batch: int = 
         row = {"measured_over_ddp": round(measured, 4), "ci95": [round(1 / hi, 4), round(1 / lo, 4)],
                "steps_s": [round(r["summary"]["median_step_s"], 4) for r in g["records"]],
                "ddp_steps_s": [round(other_side_median(r), 4) for r in g["records"]], "per_process": g["per_process"]}
-        for how in ("measured_share", "even_split"):  # the ratio predicted from the bracketing profiles
+        for how in ("measured", "even_split"):  # the ratio predicted from the bracketing profiles
             mean = statistics.fmean(p[name][how]["over_ddp"] for p in pred)
             row[f"predicted_{how}"] = round(mean, 4)
             row[f"error_{how}"] = round(mean / measured - 1, 4)

@@ -11,7 +11,8 @@ output's bytes (what a stage boundary sends).
 With `--shards tp2,cp2` (the default), the block as one member of a tensor- or context-parallel
 group computes it (harness/planning/shards.py), timed in alternating passes with the block so
 that its share of the block, a ratio, is free of the machine's drift: the planner's TP and CP
-compute, measured.
+compute, measured. Under a launcher, each group's real block (with its collectives) is timed
+against the member's as well (harness/planning/in_step.py): what the collectives add in the step.
 Per model: parameters per layer kind, the optimizer's step time per parameter (AdamW over
 the whole model, timed the same way), and what copying every gradient into one flat buffer and
 back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
@@ -41,6 +42,7 @@ import torch
 from harness.measure import envinfo
 from harness.parallel import cpu_quota as rank_cpu
 from harness.parallel import recompute
+from harness.planning import in_step
 from harness.planning import shards
 from harness.config import registry
 from harness.config.errors import BadInput, Unsupported, UsageError
@@ -269,6 +271,13 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
                 row = _time_layer(module, lambda: make(mb),  # noqa: B023 - called within this iteration
                                   (lambda out: wl.loss(out, y)) if kind == "head" else None, *rule)
             layers[kind].append({"microbatch": mb, **row})
+    # a real tpT or cpC group's block against its member's: what the group's collectives add in the step
+    # (harness/planning/in_step.py); on one rank, why not
+    in_step_rows: dict[str, list[dict] | str] = {}
+    for name in (k[len("block_"):] for k in parts):
+        reason = in_step.why_not(cohort.world if cohort else 1, int(name[2:]))
+        in_step_rows[name] = reason or in_step.measure(wl, wl.recompute_units(model)[0], parts[f"block_{name}"][0],
+                                                       name, microbatches, lm["seq_len"], lm["d_model"])
     return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
             "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,
             "precision": precision, "budget_s": budget_s,
@@ -277,7 +286,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
             "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
             "optimizer_s_per_param": _optimizer_s_per_param(wl, model, size, repeats, precision, budget_s, cohort),
             "grad_copy_s_per_byte": _grad_copy_s_per_byte(model, repeats, precision, budget_s, cohort),
-            "threads": torch.get_num_threads(), "layers": layers}
+            "threads": torch.get_num_threads(), "layers": layers, "in_step": in_step_rows}
 
 
 def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cpus: float | None,

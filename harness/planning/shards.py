@@ -108,4 +108,10 @@ def efficiency_lines(summary: dict) -> list[str]:
         eff = efficiency(summary, name)
         out.append(f"{name}: one member's compute at " + ", ".join(f"mb{mb} {e:.2f}" for mb, e in eff)
                    + f" of a free 1/{name[2:]} split (1 / ({name[2:]} x its share of the block, timed interleaved))")
+    for name, rows in summary.get("in_step", {}).items():
+        out.append(f"{name} group in the step: " + (
+            f"not timed ({rows})" if isinstance(rows, str) else
+            ", ".join(f"mb{r['microbatch']} +{1e3 * r['in_step_s']:.1f} ms a block over its member's "
+                      f"{1e3 * r['member_s']:.1f}" for r in rows)
+            + " (its collectives, waiting and DTensor, forward + backward)"))
     return out

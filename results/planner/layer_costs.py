@@ -77,7 +77,8 @@ class Costs:
                  flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
                  measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
                  kv_bytes_per_sample: float | None = None, kv_heads: int | None = None,
-                 grad_copy_s_per_byte: float = 0.0, shares: dict | None = None):
+                 grad_copy_s_per_byte: float = 0.0, shares: dict | None = None,
+                 in_step: dict | None = None):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -88,6 +89,10 @@ class Costs:
         # {"block_tp2": {"fwd": [(b, share)], "bwd": ...}}: a group member's block over the whole
         # block, timed in alternating passes (harness/planning/profile.py _time_share)
         self._shares = shares or {}
+        # {"tp2": [(b, s)]}: what a real tp2 group's block adds to its member's (its collectives,
+        # the ranks waiting at them, DTensor's path), per block forward + backward, timed on the
+        # profile's ranks (harness/planning/in_step.py)
+        self._in_step = in_step or {}
         self._times, self._saved, self._flop, self._flop_s = times, saved_per_sample or {}, flop_per_sample, flop_s
         self.recompute_per_sample = recompute_per_sample  # bytes a recomputed layer keeps (its input)
         self.measured, self.source = measured, source
@@ -129,11 +134,19 @@ class Costs:
         got = self._shares.get(f"block_{dim}{n}")  # measured as a ratio, interleaved with the block
         return None if got is None else _share_at(got["bwd" if backward else "fwd"], b)
 
+    def group_in_step_s(self, dim: str, n: int, b: float) -> float | None:
+        """Seconds an n-way `dim` group's collectives add to one block's forward + backward at
+        microbatch b, where the profile timed the real group (only "tp" so far); else None (the
+        planner then prices the collectives alone on the links)."""
+        got = self._in_step.get(f"{dim}{n}")
+        return None if not got else _interp(got, b)
+
     def without_shards(self) -> "Costs":
-        """These costs with no measured tensor/context-parallel shares: a group priced as an even
-        split, the model the measurement replaces (the group_shards bench shows both)."""
+        """These costs with no measured tensor/context-parallel shares or groups: a group priced as
+        an even split with its collectives on the links, the model the measurements replace (the
+        group_shards bench shows both)."""
         out = copy.copy(self)
-        out._shares = {}
+        out._shares, out._in_step = {}, {}
         return out
 
     def group_reduce_s(self, params: float) -> float:
@@ -207,12 +220,16 @@ def from_profile(name: str, record: Path) -> Costs:
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
                  optimizer_s_per_param=s["optimizer_s_per_param"], times=times, saved_per_sample=saved,
                  grad_copy_s_per_byte=s.get("grad_copy_s_per_byte", 0.0), shares=shares,
+                 in_step={k: [(r["microbatch"], r["in_step_s"]) for r in rows]
+                          for k, rows in s.get("in_step", {}).items() if isinstance(rows, list) and rows},
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "
                         f"recomputation {'measured' if 'block_recompute' in s['layers'] else 'as one more forward'}"
-                        + "".join(f"; {n} measured" for n, v in s.get("shards", {}).items() if v == "measured") + ")")
+                        + "".join(f"; {n} measured" for n, v in s.get("shards", {}).items() if v == "measured")
+                        + "".join(f"; {n} group timed" for n, v in s.get("in_step", {}).items() if isinstance(v, list))
+                        + ")")
 
 
 def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> Costs:

@@ -14,6 +14,11 @@ One member of a group of t tensor x c context ranks, per microbatch of b samples
   and the head: their time / (t c);
 - tensor parallel with sequence parallel, per block: 2 all-gathers + 2 reduce-scatters of
   b s h activations forward and the same backward, the volume of 2 all-reduces each way [R];
+  where the profile timed the real group on its ranks (harness/planning/in_step.py), what it
+  added to the member's block instead, half each way: the transfer, the ranks waiting for each
+  other at each collective and DTensor's own path (tp_step: 0.10, 0.09 and 0.10 s of a step, of
+  which the links priced only the first); the same for context parallel's all-gather (timed
+  without tp: with both, an upper bound, since tp's split halves what cp gathers);
   the vocabulary-parallel embedding one all-reduce forward, the head one all-gather forward
   and one reduce-scatter backward;
 - context parallel, per block: the all-gather of K and V forward (2 b s h_kv, over t when the
@@ -97,21 +102,29 @@ class GroupCosts(Costs):
         self.measured_shards = [f"{d}{v}" for d, v in dims if base.shard_fraction(d, v, 1, False) is not None]
         told = ", ".join(f"{d}{v} compute {'measured' if f'{d}{v}' in self.measured_shards else f'/ {v}'}"
                          for d, v in dims)
-        self.source = base.source + (f"; {told}, collectives on the node's links" if n > 1 else "")
+        timed = [f"{d}{v}" for d, v in dims if base.group_in_step_s(d, v, 1) is not None]
+        comm = ("collectives on the node's links" if not timed else
+                f"{' and '.join(timed)} collectives timed in the step"
+                + (", the others on the node's links" if len(timed) < len(dims) else ""))
+        self.source = base.source + (f"; {told}, {comm}" if n > 1 else "")
 
     def _comm(self, kind: str, b: float, backward: bool) -> float:
         base, t, c = self.base, self.g.tp, self.g.cp
         act = base.boundary_bytes_per_sample * b / c  # a CP rank's share of the sequence
         s = 0.0
         if t > 1:
-            if kind == "block":  # 2 AG + 2 RS each way, the volume of 2 all-reduces
+            timed = base.group_in_step_s("tp", t, b / c) if kind == "block" else None
+            if timed is not None:  # the real group timed in the step: half forward, half backward
+                s += timed / 2     # (the link model puts 2 all-reduces' volume each way)
+            elif kind == "block":  # 2 AG + 2 RS each way, the volume of 2 all-reduces
                 s += 2 * self.node.all_reduce_s(act, t)
             elif kind == "embedding" and not backward:
                 s += self.node.all_reduce_s(act, t)
             elif kind == "head":
                 s += self.node.gather_s(act, t)
         if c > 1 and kind == "block":  # the all-gather of K and V forward, the reduce-scatter of dK, dV backward
-            s += self.node.gather_s(base.kv_bytes_per_sample * b / t, c)
+            timed = base.group_in_step_s("cp", c, b)  # the real group timed in the step (tp1): half each way
+            s += timed / 2 if timed is not None else self.node.gather_s(base.kv_bytes_per_sample * b / t, c)
         return s
 
     def share(self, kind: str, b: float, backward: bool) -> float:
