@@ -46,4 +46,7 @@ def test_ablation_lists_the_baseline_first_and_says_why_a_toggle_has_no_bar(monk
     assert "mfu_vendor_pct" not in table  # no vendor peak for a CPU: neither the column nor its description
     captions = [c.value for c in at.caption]
     assert not any("mfu_vendor_pct" in c for c in captions)
+    # the measured peak's rule is said where MFU is shown: a dtype's ceiling is at least fp32's
+    assert any("mfu_measured_pct against this machine's measured matmul peak at the run's dtype (fp32's where "
+               "that is faster)" in c for c in captions), captions
     assert any(c.startswith("+cuda_graphs: no bar, unsupported: ") and "CUDA" in c for c in captions)
