@@ -182,3 +182,24 @@ def test_the_warning_names_the_disturbing_cause_not_the_noise_beside_it():
                                         "ab_hi": [1.56, 2.14]}))
     line = stability.warning(pd.DataFrame({"config": ["+channels_last"], "stability": [v]}))
     assert "the speedup differs between processes" in line and "step times vary" not in line
+    # both processes said "faster": the size moved, the verdict did not, and the warning says so
+    assert v.endswith("; its verdict held in every process (faster)"), v
+    assert "their sizes moved between processes but every verdict held in each" in line
+    assert "can't be trusted" not in line
+
+
+def test_a_process_effect_that_splits_the_verdict_is_not_trusted():
+    """0.95x [0.93, 0.97] "slower" in one process, 1.08x [1.05, 1.11] "faster" in the next: no verdict
+    held, so the sweep's warning says the speedups can't be trusted; so it does when load is a cause
+    beside a size-only process effect."""
+    split = stability.verdict(pd.DataFrame({"ab_ratio": [0.95, 1.08], "ab_lo": [0.93, 1.05], "ab_hi": [0.97, 1.11]}))
+    assert split.startswith(stability.DISTURBED) and "held in every process" not in split
+    line = stability.warning(pd.DataFrame({"config": ["+dali"], "stability": [split]}))
+    assert line.endswith("these speedups can't be trusted; rerun on a quiet machine")
+    held = stability.verdict(pd.DataFrame({"ab_ratio": [0.042, 0.05], "ab_lo": [0.040, 0.045],
+                                           "ab_hi": [0.044, 0.07]}))
+    assert held.endswith("its verdict held in every process (slower)")
+    loaded = stability.verdict(pd.DataFrame({"ab_ratio": [0.042, 0.05], "ab_lo": [0.040, 0.045], "ab_hi": [0.044, 0.07],
+                                             "others_cpu_frac": [0.45, 0.0], "cpus": [2, 2]}))
+    both = stability.warning(pd.DataFrame({"config": ["+amp=bf16", "+dali"], "stability": [held, loaded]}))
+    assert "can't be trusted" in both

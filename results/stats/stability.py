@@ -24,7 +24,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from results.stats import estimators
+
 CV_MAX, OTHERS_MAX, STEAL_MAX, SPREAD_MAX = 0.10, 0.10, 0.05, 1.10
+HELD = "its verdict held in every process"  # a process effect on the size alone
 STABLE, NOISY, DISTURBED = "stable", "noisy", "disturbed"
 # the summary figures a verdict reads: a store (results/store/ingest.py) must carry them all, or the
 # portal judges from fewer causes than the CLI does from the records
@@ -93,8 +96,12 @@ def _processes_apart(rows: pd.DataFrame) -> str | None:
     r, lo, hi = (pd.to_numeric(got[c], errors="coerce") for c in ("ab_ratio", "ab_lo", "ab_hi"))
     i, j = r.idxmin(), r.idxmax()
     if r[j] / r[i] > SPREAD_MAX and hi[i] < lo[j]:
-        return (f"the speedup differs between processes ({r[i]:.2f}x [{lo[i]:.2f}, {hi[i]:.2f}] to "
+        said = (f"the speedup differs between processes ({r[i]:.2f}x [{lo[i]:.2f}, {hi[i]:.2f}] to "
                 f"{r[j]:.2f}x [{lo[j]:.2f}, {hi[j]:.2f}]): the machine's state moved the effect itself")
+        # each process's own verdict: where they agree, the size moved and the verdict did not (two
+        # demos on an emulated-bf16 CPU: +amp 0.04x in one process, 0.05x in the next, "slower" in both)
+        verdicts = {estimators.verdict(a, b, x) for x, a, b in zip(r, lo, hi)}
+        return said + (f"; {HELD} ({verdicts.pop()})" if len(verdicts) == 1 else "")
     return ""
 
 
@@ -119,5 +126,13 @@ def warning(table: pd.DataFrame) -> str | None:
         return None
     reasons = bad["stability"].iloc[0].removeprefix(f"{DISTURBED}: ").split("; ")
     first = next((r for r in reasons if not r.startswith("step times")), reasons[0])  # the disturbing cause, not the noise
+    causes = [r for v in bad["stability"] for r in v.removeprefix(f"{DISTURBED}: ").split("; ")
+              if not r.startswith("step times")]
+    if all(r.startswith(HELD) or "differs between processes" in r for r in causes) and \
+            sum(r.startswith(HELD) for r in causes) == len(bad):
+        # only sizes moved between processes, every verdict held in each: say that, not "can't be trusted"
+        return (f"warning: {len(bad)} of {len(table)} configurations measured on a disturbed machine ({first}): "
+                "their sizes moved between processes but every verdict held in each; rerun on a quiet machine "
+                "for the sizes")
     return (f"warning: {len(bad)} of {len(table)} configurations measured on a disturbed machine ({first}): these "
             "speedups can't be trusted; rerun on a quiet machine")
