@@ -14,10 +14,11 @@ in rounds with the order reversed every other round, (member) its member block a
 profile's tpT or cpC shard) and (group) the block as the run engine runs it: for tpT DTensor's
 column/row split over the group (`parallel.tp=T`); for cpC the block on the rank's tokens with
 context parallel's real all-gather of K and V (harness/parallel/context.py, `parallel.cp=C`),
-where the member stood it in for by a local copy. Forward and backward with the collectives. Each pass is timed from a barrier of all ranks
-to the slowest rank's end, the same fixed number of rounds on every rank (no rank may stop on a
-rule of its own: the others would wait at the next collective). The figure per microbatch: the
-median over rounds of group - member, seconds per block (forward + backward together).
+where the member stood it in for by a local copy. Forward and backward with the collectives.
+Each pass is timed from a barrier of all ranks to the slowest rank's end, the same fixed number of
+rounds on every rank (no rank may stop on a rule of its own: the others would wait at the next
+collective). The figure per microbatch: the median over rounds of group - member, seconds per
+block (forward + backward together).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ WARMUP = 1
 
 
 def why_not(world: int, t: int) -> str | None:
-    """Why a cohort of `world` ranks can't time tpT groups, or None."""
+    """Why a cohort of `world` ranks can't time groups of t (tpT or cpC), or None."""
     if world < 2:
         return "needs a group of ranks: profile under mpiexec -n T or more"
     if world % t:
@@ -89,9 +90,9 @@ def measure(wl, block, member, name: str, microbatches: list[int], seq_len: int,
             _pass(member, x), _pass(group, x)
         got: dict[str, list[float]] = {"member": [], "group": []}
         for r in range(rounds):
-            for name, m in ((("member", member), ("group", group)) if r % 2 == 0 else
+            for side, m in ((("member", member), ("group", group)) if r % 2 == 0 else
                             (("group", group), ("member", member))):
-                got[name].append(_pass(m, x))
+                got[side].append(_pass(m, x))
         extra = [g - m for g, m in zip(got["group"], got["member"])]
         rows.append({"microbatch": mb, "in_step_s": max(0.0, statistics.median(extra)),
                      "member_s": statistics.median(got["member"]), "group_s": statistics.median(got["group"]),
