@@ -84,7 +84,8 @@ def _expected_text(root: Path) -> dict[str, list[str]]:
     return {
         "overview": ["Overview: what each optimization buys", "cosmoflow / tiny on cpu",
                      "Stability: 'disturbed' names why"],
-        "ablation": ["+cuda_graphs: no bar, unsupported:"],
+        "ablation": ["+cuda_graphs: no bar, unsupported:",
+                     "measured matmul peak at the run's dtype (fp32's where that is faster)"],
         "runs": [f"{len(df)} of {len(df)} runs, newest first"],
         "run_detail": ["median step (ms)", "download config.json"],
         "compare": ["2 run(s) of A, 2 of B: the CI resamples runs, then steps within them"],
