@@ -126,13 +126,17 @@ def warning(table: pd.DataFrame) -> str | None:
         return None
     reasons = bad["stability"].iloc[0].removeprefix(f"{DISTURBED}: ").split("; ")
     first = next((r for r in reasons if not r.startswith("step times")), reasons[0])  # the disturbing cause, not the noise
-    causes = [r for v in bad["stability"] for r in v.removeprefix(f"{DISTURBED}: ").split("; ")
-              if not r.startswith("step times")]
-    if all(r.startswith(HELD) or "differs between processes" in r for r in causes) and \
-            sum(r.startswith(HELD) for r in causes) == len(bad):
+    if all(_only_size_moved(v) for v in bad["stability"]):
         # only sizes moved between processes, every verdict held in each: say that, not "can't be trusted"
         return (f"warning: {len(bad)} of {len(table)} configurations measured on a disturbed machine ({first}): "
                 "their sizes moved between processes but every verdict held in each; rerun on a quiet machine "
                 "for the sizes")
     return (f"warning: {len(bad)} of {len(table)} configurations measured on a disturbed machine ({first}): these "
             "speedups can't be trusted; rerun on a quiet machine")
+
+
+def _only_size_moved(v: str) -> bool:
+    """A disturbed verdict whose one cause (beside noise) is a process effect on the speedup's
+    size, with every process's own verdict the same (_processes_apart's HELD)."""
+    causes = [r for r in v.removeprefix(f"{DISTURBED}: ").split("; ") if not r.startswith("step times")]
+    return len(causes) == 2 and "differs between processes" in causes[0] and causes[1].startswith(HELD)
