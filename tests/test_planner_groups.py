@@ -41,6 +41,46 @@ def test_a_tensor_parallel_member_does_half_the_work_holds_half_the_weights_and_
     assert cp.group_reduce_s(1000) == pytest.approx(1e-6 + 4000 / 1e6)  # its ranks' gradients, all-reduced
 
 
+def test_a_plan_that_keeps_the_vocabulary_replicated_is_priced_so(tmp_path):
+    """The harness's LM plan splits only the blocks (workloads/lm/parallel_plan.py): each tensor
+    rank runs the embeddings and the head whole, holds their weights whole and exchanges nothing
+    for them; only context parallel's sequence split divides them. A what-if (Megatron's
+    vocabulary-parallel embedding and head) divides them by t and pays their collectives."""
+    base = _linear("a", 0.03)
+    base.tp_splits = ("block",)
+    node = NodeLinks(LinkModel(SLOW, tmp_path), busbw_gb_per_s=1e-3)
+    g = GroupCosts(base, Group(tp=2), node)
+    for kind in ("embedding", "head"):
+        assert g.fwd(kind, 4) == pytest.approx(base.fwd(kind, 4)) and g.bwd(kind, 4) == pytest.approx(base.bwd(kind, 4))
+    assert g.fwd("block", 4) == pytest.approx(base.fwd("block", 4) / 2 + 2 * (1e-6 + 1000 * 4 / 1e6))
+    assert g.params == {"embedding": 1000, "block": 500, "head": 10} and g.total_params == 1000 + 8 * 500 + 10
+    assert "embedding and head replicated over tp" in g.source
+    both = GroupCosts(base, Group(tp=2, cp=2), node)
+    assert both.fwd("head", 4) == pytest.approx(base.fwd("head", 4) / 2)  # the sequence still halves it
+    assert both.saved("block", 4) == pytest.approx(base.saved("block", 4) / 4)
+    megatron = GroupCosts(_linear("a", 0.03), Group(tp=2), node)
+    head_comm = 1e-6 + (1000 * 4 / 1e6) / 2  # an all-gather of b x 1000 B: half an all-reduce's volume
+    assert megatron.fwd("head", 4) == pytest.approx(base.fwd("head", 4) / 2 + head_comm)
+    assert megatron.params["embedding"] == 500 and "replicated" not in megatron.source
+
+
+def test_the_lm_profile_says_its_plan_splits_only_the_blocks():
+    """What profile_layers declares is read off the plan itself: Colwise/Rowwise styles only
+    under h.*; a plan that split the head or the embedding would be classified so."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from harness.config import registry
+    from workloads.lm.parallel_plan import split_kinds
+    wl = registry.get("lm")
+    for size in ("tiny", "small"):
+        model = wl.build_model(wl.sizes[size])
+        assert wl.profile_layers(model, wl.sizes[size])["tp_splits"] == ["block"]
+        assert all(k.startswith("h.") for k, v in wl.tensor_parallel_plan(model, 2, True).items()
+                   if isinstance(v, (ColwiseParallel, RowwiseParallel)))
+    assert split_kinds({"tok_embeddings": RowwiseParallel(), "h.0.mlp.0": ColwiseParallel(),
+                        "lm_head": ColwiseParallel()}) == ["block", "embedding", "head"]
+
+
 def test_groups_stay_in_a_node_divide_the_count_and_the_kv_heads():
     c = _linear("a", 0.01)
     assert options(DeviceKind("a", 8, 1e9, node_size=1), c, 1) == [Group()]

@@ -66,7 +66,8 @@ CAPABILITIES = {
     "planner_shape": "(size) -> {n_layer, d_model, n_head, kv_heads, ffn, vocab, seq_len}: the planner's "
                      "transformer-layer model of this size",
     "profile_layers": "(model, size) -> {kind: (module, input maker)} for embedding, block and head, plus "
-                      "tied_params, boundary_bytes_per_sample, n_blocks and a target maker: `harness profile`",
+                      "tied_params, boundary_bytes_per_sample, n_blocks, tp_splits (the kinds its tensor-parallel "
+                      "plan splits) and a target maker: `harness profile`",
 }
 
 

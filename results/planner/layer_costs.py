@@ -23,6 +23,8 @@ from pathlib import Path
 
 from results.record import schema
 
+KINDS = ("embedding", "block", "head")  # the layer kinds a profile times and the planner prices
+
 @dataclass(frozen=True)
 class Shape:
     """A what-if model: a decoder-only transformer (Llama's shape: SwiGLU MLP, grouped KV heads)."""
@@ -78,7 +80,7 @@ class Costs:
                  measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
                  kv_bytes_per_sample: float | None = None, kv_heads: int | None = None,
                  grad_copy_s_per_byte: float = 0.0, shares: dict | None = None,
-                 in_step: dict | None = None):
+                 in_step: dict | None = None, tp_splits: tuple[str, ...] = KINDS):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -101,6 +103,9 @@ class Costs:
         # one block's K and V for one sample (context parallel gathers them); multi-head: 2 x the boundary
         self.kv_bytes_per_sample = 2 * boundary_bytes_per_sample if kv_bytes_per_sample is None else kv_bytes_per_sample
         self.kv_heads = kv_heads  # tensor parallel splits the KV heads: its degree must divide them (None: unknown)
+        # the layer kinds tensor parallel splits: all three for a what-if (Megatron's and torchtitan's
+        # vocabulary-parallel embedding and head), what the workload's plan splits for a profile
+        self.tp_splits = tuple(tp_splits)
 
     def fwd(self, kind: str, b: float) -> float:
         if self._times is not None:
@@ -223,6 +228,8 @@ def from_profile(name: str, record: Path) -> Costs:
                  in_step={k: [(r["microbatch"], r["in_step_s"]) for r in rows]
                           for k, rows in s.get("in_step", {}).items() if isinstance(rows, list) and rows},
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
+                 # profiles older than the key: the LM's plan has only ever split the blocks
+                 tp_splits=tuple(s.get("tp_splits", ["block"])),
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "

@@ -11,7 +11,9 @@ One member of a group of t tensor x c context ranks, per microbatch of b samples
   harness/planning/shards.py: narrower matmuls and fewer heads may run below the whole
   block's efficiency on small layers), else 1/t and 1/c, an even split (what a what-if shape gets).
   Tensor and context parallel together: the two measured shares multiplied. The embeddings
-  and the head: their time / (t c);
+  and the head: their time / (t c) where tensor parallel splits them (vocabulary parallel: a
+  what-if's Megatron), else / c: the harness's LM plan keeps them replicated, every tensor rank
+  computing them whole (workloads/lm/parallel_plan.py; Costs.tp_splits says which);
 - tensor parallel with sequence parallel, per block: 2 all-gathers + 2 reduce-scatters of
   b s h activations forward and the same backward, the volume of 2 all-reduces each way [R];
   where the profile timed the real group on its ranks (harness/planning/in_step.py), what it
@@ -19,12 +21,13 @@ One member of a group of t tensor x c context ranks, per microbatch of b samples
   other at each collective and DTensor's own path (tp_step: 0.10, 0.09 and 0.10 s of a step, of
   which the links priced only the first); the same for context parallel's all-gather (timed
   without tp: with both, an upper bound, since tp's split halves what cp gathers);
-  the vocabulary-parallel embedding one all-reduce forward, the head one all-gather forward
-  and one reduce-scatter backward;
+  a vocabulary-parallel embedding one all-reduce forward, a vocabulary-parallel head one
+  all-gather forward and one reduce-scatter backward (replicated ones: none);
 - context parallel, per block: the all-gather of K and V forward (2 b s h_kv, over t when the
   heads are split too) and the reduce-scatter of their gradients backward; not overlapped with
   attention (torch's ring attention on the GPU overlaps part of it: an upper bound);
-- memory: parameters / t (vocabulary-parallel embedding and head), activations / (t c);
+- memory: parameters / t of the kinds tensor parallel splits, activations / (t c) of those and
+  / c of the rest;
 - a pipeline boundary: each member sends its sequence shard, 1 / (t c) of the activations;
 - context-parallel ranks hold the same weights: each step all-reduces a member's gradients over
   the c ranks (on the node's links) besides the data-parallel reduction.
@@ -89,8 +92,9 @@ class GroupCosts(Costs):
         self.base, self.g, self.node = base, g, node
         t, n = g.tp, g.size
         self.name, self.n_blocks, self.model = f"{base.name}{g.suffix()}", base.n_blocks, base.model
-        self.params = {k: -(-v // t) for k, v in base.params.items()}  # vocabulary- and column/row-split
-        self.tied_params = -(-base.tied_params // t)
+        self.split = self.tp_splits = base.tp_splits  # the kinds tensor parallel splits; the rest replicated
+        self.params = {k: -(-v // t) if k in self.split else v for k, v in base.params.items()}
+        self.tied_params = -(-base.tied_params // t) if "embedding" in self.split else base.tied_params
         self.boundary_bytes_per_sample = base.boundary_bytes_per_sample / n
         self.recompute_per_sample = base.recompute_per_sample / n
         self.kv_bytes_per_sample, self.kv_heads = base.kv_bytes_per_sample / t, base.kv_heads
@@ -106,6 +110,8 @@ class GroupCosts(Costs):
         comm = ("collectives on the node's links" if not timed else
                 f"{' and '.join(timed)} collectives timed in the step"
                 + (", the others on the node's links" if len(timed) < len(dims) else ""))
+        kept = [k for k in ("embedding", "head") if k not in self.split]
+        told += f", {' and '.join(kept)} replicated over tp" if g.tp > 1 and kept else ""
         self.source = base.source + (f"; {told}, {comm}" if n > 1 else "")
 
     def _comm(self, kind: str, b: float, backward: bool) -> float:
@@ -118,6 +124,8 @@ class GroupCosts(Costs):
                 s += timed / 2     # (the link model puts 2 all-reduces' volume each way)
             elif kind == "block":  # 2 AG + 2 RS each way, the volume of 2 all-reduces
                 s += 2 * self.node.all_reduce_s(act, t)
+            elif kind not in self.split:
+                pass               # replicated: every tensor rank computes it whole, nothing to exchange
             elif kind == "embedding" and not backward:
                 s += self.node.all_reduce_s(act, t)
             elif kind == "head":
@@ -129,9 +137,10 @@ class GroupCosts(Costs):
 
     def share(self, kind: str, b: float, backward: bool) -> float:
         """The part of layer `kind`'s compute one member runs: for a block, the product over tp and
-        cp of the measured share (Costs.shard_fraction) or 1/degree; otherwise 1/(t c)."""
+        cp of the measured share (Costs.shard_fraction) or 1/degree; otherwise 1/(t c), or 1/c
+        where tensor parallel leaves the kind replicated."""
         if kind != "block":
-            return 1 / self.g.size
+            return 1 / (self.g.size if kind in self.split else self.g.cp)
         out = 1.0
         for dim, n in (("tp", self.g.tp), ("cp", self.g.cp)):
             if n > 1:
@@ -153,7 +162,7 @@ class GroupCosts(Costs):
         return self.base.recompute_s(b) * self.share("block", b, False) + self._comm("block", b, False)
 
     def saved(self, kind: str, b: float) -> float:
-        return self.base.saved(kind, b) / self.g.size
+        return self.base.saved(kind, b) / (self.g.size if kind in self.split else self.g.cp)
 
     def group_reduce_s(self, params: float) -> float:
         """Context-parallel ranks hold the same weights (a member's tensor shard): their gradients

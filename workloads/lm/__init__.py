@@ -4,6 +4,7 @@ The source's
 entropy rate is an exact lower bound on the validation loss. Torch-free at import time."""
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,6 +198,7 @@ class LM:
         (workloads/lm/pipeline_split.py), so a profile measures exactly what a stage runs."""
         import torch
 
+        from workloads.lm.parallel_plan import plan, split_kinds
         from workloads.lm.pipeline_split import Stage
         n = size.n_layer
         tokens = lambda mb: torch.randint(0, size.vocab, (mb, size.seq_len))  # noqa: E731
@@ -206,6 +208,8 @@ class LM:
                            "head": (Stage(model, range(n, n), first=False, last=True), stream)},
                 "target": tokens, "n_blocks": n, "seq_len": size.seq_len, "d_model": size.d_model,
                 "tied_params": model.lm_head.weight.numel(),  # the head's weight is the embedding's
+                # what this workload's tensor-parallel plan splits (the rest stays replicated)
+                "tp_splits": split_kinds(plan(copy.deepcopy(model), 1, False)),
                 "boundary_bytes_per_sample": size.seq_len * size.d_model * 4}  # fp32 residual stream
 
     def fsdp_units(self, model):

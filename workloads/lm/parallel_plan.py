@@ -104,6 +104,19 @@ def plan(model, tp: int, sp: bool) -> dict:
     return out
 
 
+def split_kinds(styles: dict) -> list[str]:
+    """The planner's layer kinds (embedding, block, head: profile_layers) whose weights a plan
+    from plan() splits, i.e. the kinds a tensor-parallel member computes a share of. This plan
+    splits only the blocks; a vocabulary-parallel embedding or head (Megatron's, torchtitan's)
+    would name its module here and the planner would price it / t with its collectives."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    kinds = set()
+    for path, style in styles.items():
+        if isinstance(style, (ColwiseParallel, RowwiseParallel)):
+            kinds.add("block" if path.startswith("h.") else "head" if path.startswith("lm_head") else "embedding")
+    return sorted(kinds)
+
+
 def volume(size, batch: int, tp: int, sp: bool, act_bytes: int, recompute: str = "none") -> dict[str, int]:
     """Collective sizes S per training step of this plan (nccl-tests' S: the whole array), for
     a local batch of `batch` sequences. Each block's activation is S_a = batch x seq x d_model
