@@ -42,6 +42,13 @@ def test_two_rank_ddp_matches_one_rank_with_the_same_global_batch(env, tmp_path)
     assert step["step_s"] == max(step["rank_step_s"]) and len(step["rank_step_s"]) == 2
     log = (by_world[2] / "mlperf.log").read_text()
     assert '"key": "staging_start"' in log and '"key": "staging_stop"' in log
+    # MFU over the ranks' own peaks: each measured at the rank's threads, as many as the cores hold
+    s1 = json.loads((by_world[1] / "summary.json").read_text())
+    assert s1["peak_devices"] == 1
+    want = min(2, max(1, s2["cpus"] // s2["torch_threads"]))
+    assert s2["peak_devices"] == want
+    assert s2["mfu_measured_pct"] == pytest.approx(
+        100 * s2["flops_per_sample"] * s2["samples_per_s"] / (want * s2["peak_flop_per_s_measured"]))
 
 
 SUICIDE = """import os, signal, threading

@@ -105,11 +105,24 @@ class RunRecord:
             out.update(summary_figures(self.info["roofline"], per_rank))
         return out
 
+    def _peak_devices(self) -> int:
+        """How many measured peaks the run's FLOP/s is over. GPUs: one per rank. CPUs: the peak
+        was measured at the rank's own thread count (peak.device_name), so a node's ranks add
+        their peaks up to what its cores hold: min(ranks on the node, cores // threads) per node.
+        (2 ranks x 1 thread on 2 cores: 2 one-thread peaks; counting the node's once made a
+        DDP run of LM small print "MFU 144%".)"""
+        world = self.info.get("world", 1)
+        if self.info.get("device") == "cuda":
+            return world
+        nodes = max(1, self.info.get("nodes", 1))
+        threads = max(1, self.info.get("torch_threads") or 1)
+        cpus = self.info.get("machine", {}).get("cpus") or threads  # the cores this process may run on
+        return nodes * min(-(-world // nodes), max(1, cpus // threads))
+
     def _mfu(self, samples_per_s: float) -> dict[str, float]:
-        """MFU against the measured and the vendor peak, over all devices of the run (GPUs: one
-        per rank; CPUs: one per node, the ranks share it)."""
-        devices = self.info.get("world", 1) if self.info.get("device") == "cuda" else self.info.get("nodes", 1)
-        out = {}
+        """MFU against the measured and the vendor peak, over all devices of the run (_peak_devices)."""
+        devices = self._peak_devices()
+        out: dict[str, float] = {"peak_devices": devices}
         for kind in ("measured", "vendor"):
             peak = self.info.get(f"peak_flop_per_s_{kind}")
             if peak:
