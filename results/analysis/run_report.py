@@ -40,7 +40,9 @@ def describe(rec: dict) -> list[str]:
     if isinstance(mfu, (int, float)):
         src = s.get("peak_source", "")
         n = s.get("peak_devices", 1)
-        whose = "this device's measured peak" if n == 1 else f"{n} ranks' measured peaks ({s.get('torch_threads')} threads each)"
+        t = s.get("torch_threads")
+        whose = ("this device's measured peak" if n == 1 else
+                 f"{n} ranks' measured peaks ({t} thread{'' if t == 1 else 's'} each)")
         parts.append(f"MFU {mfu:.1f}% of {whose}"
                      + (f" ({src})" if src.startswith("fp32") and s.get("peak_dtype") != "fp32" else ""))
     verdict = stability.verdict(pd.DataFrame([s]), [steps])
