@@ -25,6 +25,7 @@ from results.record import schema
 
 KINDS = ("embedding", "block", "head")  # the layer kinds a profile times and the planner prices
 
+
 @dataclass(frozen=True)
 class Shape:
     """A what-if model: a decoder-only transformer (Llama's shape: SwiGLU MLP, grouped KV heads)."""
@@ -217,7 +218,7 @@ def from_profile(name: str, record: Path) -> Costs:
     times = {k: {"fwd": [(r["microbatch"], r["fwd_s"]) for r in rows], "bwd": [(r["microbatch"], r["bwd_s"]) for r in rows]}
              for k, rows in s["layers"].items()}
     saved = {k: max(r["saved_bytes"] / r["microbatch"] for r in rows) for k, rows in s["layers"].items()
-             if k in ("embedding", "block", "head")}
+             if k in KINDS}
     shares = {k: {d: [(r["microbatch"], r[f"share_{d}"]) for r in rows] for d in ("fwd", "bwd")}
               for k, rows in s["layers"].items() if rows and "share_fwd" in rows[0]}
     return Costs(name=name, params=s["params"], n_blocks=s["n_blocks"],

@@ -92,9 +92,9 @@ class GroupCosts(Costs):
         self.base, self.g, self.node = base, g, node
         t, n = g.tp, g.size
         self.name, self.n_blocks, self.model = f"{base.name}{g.suffix()}", base.n_blocks, base.model
-        self.split = self.tp_splits = base.tp_splits  # the kinds tensor parallel splits; the rest replicated
-        self.params = {k: -(-v // t) if k in self.split else v for k, v in base.params.items()}
-        self.tied_params = -(-base.tied_params // t) if "embedding" in self.split else base.tied_params
+        self.tp_splits = split = base.tp_splits  # the kinds tensor parallel splits; the rest replicated
+        self.params = {k: -(-v // t) if k in split else v for k, v in base.params.items()}
+        self.tied_params = -(-base.tied_params // t) if "embedding" in split else base.tied_params
         self.boundary_bytes_per_sample = base.boundary_bytes_per_sample / n
         self.recompute_per_sample = base.recompute_per_sample / n
         self.kv_bytes_per_sample, self.kv_heads = base.kv_bytes_per_sample / t, base.kv_heads
@@ -110,7 +110,7 @@ class GroupCosts(Costs):
         comm = ("collectives on the node's links" if not timed else
                 f"{' and '.join(timed)} collectives timed in the step"
                 + (", the others on the node's links" if len(timed) < len(dims) else ""))
-        kept = [k for k in ("embedding", "head") if k not in self.split]
+        kept = [k for k in ("embedding", "head") if k not in split]
         told += f", {' and '.join(kept)} replicated over tp" if g.tp > 1 and kept else ""
         self.source = base.source + (f"; {told}, {comm}" if n > 1 else "")
 
@@ -124,11 +124,10 @@ class GroupCosts(Costs):
                 s += timed / 2     # (the link model puts 2 all-reduces' volume each way)
             elif kind == "block":  # 2 AG + 2 RS each way, the volume of 2 all-reduces
                 s += 2 * self.node.all_reduce_s(act, t)
-            elif kind not in self.split:
-                pass               # replicated: every tensor rank computes it whole, nothing to exchange
-            elif kind == "embedding" and not backward:
+            # vocabulary-parallel embedding and head only: a replicated one exchanges nothing
+            elif kind == "embedding" and kind in self.tp_splits and not backward:
                 s += self.node.all_reduce_s(act, t)
-            elif kind == "head":
+            elif kind == "head" and kind in self.tp_splits:
                 s += self.node.gather_s(act, t)
         if c > 1 and kind == "block":  # the all-gather of K and V forward, the reduce-scatter of dK, dV backward
             timed = base.group_in_step_s("cp", c, b)  # the real group timed in the step (tp1): half each way
@@ -140,7 +139,7 @@ class GroupCosts(Costs):
         cp of the measured share (Costs.shard_fraction) or 1/degree; otherwise 1/(t c), or 1/c
         where tensor parallel leaves the kind replicated."""
         if kind != "block":
-            return 1 / (self.g.size if kind in self.split else self.g.cp)
+            return 1 / (self.g.size if kind in self.tp_splits else self.g.cp)
         out = 1.0
         for dim, n in (("tp", self.g.tp), ("cp", self.g.cp)):
             if n > 1:
@@ -162,7 +161,7 @@ class GroupCosts(Costs):
         return self.base.recompute_s(b) * self.share("block", b, False) + self._comm("block", b, False)
 
     def saved(self, kind: str, b: float) -> float:
-        return self.base.saved(kind, b) / (self.g.size if kind in self.split else self.g.cp)
+        return self.base.saved(kind, b) / (self.g.size if kind in self.tp_splits else self.g.cp)
 
     def group_reduce_s(self, params: float) -> float:
         """Context-parallel ranks hold the same weights (a member's tensor shard): their gradients
