@@ -41,8 +41,9 @@ def describe(rec: dict) -> list[str]:
         src = s.get("peak_source", "")
         n = s.get("peak_devices", 1)
         t = s.get("torch_threads")
-        whose = ("this device's measured peak" if n == 1 else
-                 f"{n} ranks' measured peaks ({t} thread{'' if t == 1 else 's'} each)")
+        # a CPU rank's peak was measured at its own threads; a GPU's is the GPU's
+        each = f" ({t} thread{'' if t == 1 else 's'} each)" if cfg.get("device") == "cpu" else ""
+        whose = "this device's measured peak" if n == 1 else f"{n} ranks' measured peaks{each}"
         parts.append(f"MFU {mfu:.1f}% of {whose}"
                      + (f" ({src})" if src.startswith("fp32") and s.get("peak_dtype") != "fp32" else ""))
     verdict = stability.verdict(pd.DataFrame([s]), [steps])
