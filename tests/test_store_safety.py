@@ -76,7 +76,10 @@ else:  # what MLflow does by itself, as this harness did before: migrate the sto
 
 
 def kill_mid_creation(how: str, db: Path, at: int) -> None:
-    p = subprocess.run([sys.executable, "-c", KILL_AT, how, str(db), str(at)], cwd=REPO, capture_output=True)
+    # an empty cache: the harness migrates the schema itself rather than copy this machine's
+    # empty store (results/store/empty_store.py), so the kill lands inside the migrations
+    env = {**_env(), "HARNESS_CACHE": str(db.parent / "empty-cache")}
+    p = subprocess.run([sys.executable, "-c", KILL_AT, how, str(db), str(at)], cwd=REPO, capture_output=True, env=env)
     assert p.returncode == -9, p.stderr[-500:]
 
 

@@ -4,15 +4,10 @@ device and setting, not on every run."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any, Callable
 
 from results.record import schema
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "mlperf-harness"))
+from results.record.paths import cache_root as cache_dir
 
 
 def cached(file: str, key: str, measure: Callable[[], Any]) -> Any:

@@ -1,5 +1,5 @@
-"""Where things live: the repository root and the results folder. The one place that knows
-(harness/ and portal/ import it; results/ sits below both)."""
+"""Where things live: the repository root, the results folder, the data and the per-machine
+cache. The one place that knows (harness/ and portal/ import it; results/ sits below both)."""
 from __future__ import annotations
 
 import os
@@ -23,6 +23,12 @@ def results_root_problem(root: Path | None = None) -> str | None:
                 return f"{where} {root} is not a folder ({p} is a file); point it at a folder"
             return None
     return None
+
+
+def cache_root() -> Path:
+    """What is measured or built once per machine (device peaks, an empty MLflow store):
+    HARNESS_CACHE, else ~/.cache/mlperf-harness."""
+    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "mlperf-harness"))
 
 
 def data_root() -> Path:

@@ -5,7 +5,8 @@ MLflow creates a new sqlite store by running its ~50 alembic migrations in place
 ingesters doing that at once into one file, or one that dies (full disk, kill) half way,
 leave a file every later open fails on ("duplicate column name: step", "table
 _alembic_tmp_metrics already exists"). Here the schema is built in a temporary file, under a
-lock, and renamed into place: the store path holds a complete store or nothing.
+lock, and renamed into place: the store path holds a complete store or nothing. The schema
+is migrated once per machine and copied after that (results/store/empty_store.py).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from results.store import locks
+from results.store import empty_store, locks
 
 REBUILD_HINT = "its records are intact: rebuild it from them with `python -m results rebuild-store`"
 
@@ -96,8 +97,12 @@ def _create(db: Path) -> None:
         stale.unlink(missing_ok=True)
     tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     try:
+        copied = empty_store.copy_to(tmp, damage)
+        # on an empty file MLflow runs its migrations; on the copy it only adds the Default experiment
         store = SqlAlchemyStore(f"sqlite:///{tmp}", (db.parent / "mlartifacts").resolve().as_uri())
         store.engine.dispose()  # every connection closed before the file moves
+        if not copied:
+            empty_store.keep(tmp)
         os.replace(tmp, db)
     finally:
         for leftover in (tmp, *(tmp.with_name(tmp.name + x) for x in ("-journal", "-wal", "-shm"))):
