@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.config import registry
 from harness.config.errors import UsageError
-from harness.planning import shards
+from harness.planning import in_step, shards
 from results.planner import search as planner
 from results.planner.inventory import DeviceKind, Inventory
 from results.planner.links import LinkModel
@@ -250,7 +250,7 @@ def test_a_two_rank_profile_times_the_real_tp2_and_cp2_groups_against_their_memb
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path), "PYTHONPATH": str(repo)}
     p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "harness", "profile", "lm", "--size", "tiny",
                         "--microbatches", "1,4", "--repeats", "1", "--threads", "1", "--cell-s", "0.1",
-                        "--shards", "tp2,cp2"], env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+                        "--budget-s", "1", "--shards", "tp2,cp2"], env=env, cwd=repo, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "tp2 group in the step: mb1 +" in p.stdout and "cp2 group in the step: mb1 +" in p.stdout
     recs = sorted((tmp_path / "profiles").glob("profile-lm-tiny-*"))
@@ -262,8 +262,32 @@ def test_a_two_rank_profile_times_the_real_tp2_and_cp2_groups_against_their_memb
             rows = got[name]
             assert [r["microbatch"] for r in rows] == [1, 4]
             for r in rows:
-                assert len(r["extra_samples_s"]) == r["rounds"] >= 4 and r["in_step_s"] >= 0
+                assert len(r["extra_samples_s"]) == r["rounds"] >= in_step.MIN_ROUNDS and r["in_step_s"] >= 0
+                # sampled to the profile's +-2% of the group's pass, or 3x its 1 s budget of passes
+                assert r["ended_by"] in ("precision", "budget")
+                assert r["ended_by"] == "budget" or r["half_width"] <= 0.02
+                assert r["ended_by"] == "precision" or r["sampled_s"] >= 3 * 1.0
                 # at tiny, a group's collectives (4 all-reduces; 2 all-gathers and their reduce-scatters)
                 # outweigh a member's small matmuls
                 assert r["group_s"] > r["member_s"] > 0
             assert c.group_in_step_s(name[:2], 2, 4) == rows[1]["in_step_s"] and f"{name} group timed" in c.source
+
+
+def test_the_groups_timing_is_sampled_until_its_median_extra_is_precise():
+    """in_step.stop on synthetic rounds: never before MIN_ROUNDS; then when the median extra's
+    interval is within +-precision of the group's pass, else at the budget; --precision 0 keeps
+    the fixed MIN_ROUNDS."""
+    n = in_step.MIN_ROUNDS
+    group = [0.100] * 40
+    tight = [0.010 + 0.0001 * (i % 5) for i in range(40)]     # spread 0.4 ms: +-0.2% of 100 ms
+    wide = [0.010 + 0.0100 * (i % 2) for i in range(40)]      # alternating 10 / 20 ms: +-5%
+    assert in_step.stop(tight[:n - 1], group[:n - 1], 99.0, 0.02, 4.0) is None
+    assert in_step.stop(tight[:n], group[:n], 0.1, 0.02, 4.0) == "precision"
+    assert in_step.half_width(tight[:n], group[:n]) <= 0.02
+    assert in_step.stop(wide[:n], group[:n], 0.1, 0.02, 4.0) is None   # not precise, budget left
+    assert in_step.stop(wide[:n], group[:n], 4.0, 0.02, 4.0) == "budget"
+    assert in_step.half_width(wide[:20], group[:20]) == pytest.approx(0.05)
+    assert in_step.stop(wide[:n], group[:n], 0.1, 0.0, 4.0) == "rounds"
+    many = wide * (in_step.MAX_ROUNDS // len(wide))
+    assert in_step.stop(many, [0.1] * len(many), 0.1, 0.02, 4.0) == "rounds cap"
+    assert in_step.half_width(tight[:5], group[:5]) == float("inf")  # too few for an interval

@@ -15,20 +15,36 @@ profile's tpT or cpC shard) and (group) the block as the run engine runs it: for
 column/row split over the group (`parallel.tp=T`); for cpC the block on the rank's tokens with
 context parallel's real all-gather of K and V (harness/parallel/context.py, `parallel.cp=C`),
 where the member stood it in for by a local copy. Forward and backward with the collectives.
-Each pass is timed from a barrier of all ranks to the slowest rank's end, the same fixed number of
-rounds on every rank (no rank may stop on a rule of its own: the others would wait at the next
-collective). The figure per microbatch: the median over rounds of group - member, seconds per
-block (forward + backward together).
+Each pass is timed from a barrier of all ranks to the slowest rank's end, so every rank holds the
+same samples and stops at the same round (no rank may stop on a rule of its own: the others would
+wait at the next collective). The figure per microbatch: the median over rounds of group - member,
+seconds per block (forward + backward together).
+
+How many rounds: at least MIN_ROUNDS, then until the distribution-free 95% interval of that
+median is within +-precision of the group's pass (the profile's own rule, harness/planning/
+profile.py; relative to the group's pass because the planner adds this figure to a member's
+compute, so its error is that share of the group's block time), or until BUDGET_FACTOR x the
+profile's budget_s of timed passes. With 8 rounds fixed, two profiles of the same pair timed cp2's figure 0.013 and 0.025 s
+a block (2026-12-03): on LM small's 6 blocks, 7% of the step, as much as the planner's error.
+The budget is counted in the MAX-reduced pass times, which every rank holds the same.
 """
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 
 import torch
 
-ROUNDS = 8   # pairs of passes per microbatch: the median of 8 differences, each a paired comparison
+from results.stats.estimators import MIN_ORDER_PAIRS, median_interval_ranks
+
+MIN_ROUNDS = 8   # pairs of passes per microbatch before the precision rule may end sampling
+MAX_ROUNDS = 400  # bounds a cell whose passes are far shorter than the budget expects
+# its budget against the profile's per-figure budget: this figure is a small difference of two
+# passes (LM small mb8, 2026-12-04: +40 ms over a 225 ms member, +-6.2% of the group's pass after
+# 4 s = 9 rounds), and the planner adds it to every block, so at 4 s it alone moved a tp2 step +-6%
+BUDGET_FACTOR = 3
 WARMUP = 1
 
 
@@ -75,11 +91,36 @@ def _pass(module, x) -> float:
     return float(took)
 
 
+def half_width(extra: list[float], group: list[float]) -> float:
+    """The 95% interval of median(extra) (order statistics), +- as a share of the median group
+    pass; inf with too few rounds for one."""
+    ranks = median_interval_ranks(len(extra)) if len(extra) >= MIN_ORDER_PAIRS else None
+    if ranks is None:
+        return math.inf
+    a = sorted(extra)
+    return (a[ranks[1]] - a[ranks[0]]) / (2 * statistics.median(group))
+
+
+def stop(extra: list[float], group: list[float], spent_s: float, precision: float, budget_s: float,
+         min_rounds: int = MIN_ROUNDS) -> str | None:
+    """Why sampling ends after these rounds ("precision", "budget", "rounds", "rounds cap"), or None."""
+    if len(extra) < min_rounds:
+        return None
+    if precision <= 0:  # the profile's --precision 0: its --repeats alone, here min_rounds
+        return "rounds"
+    if half_width(extra, group) <= precision:
+        return "precision"
+    if spent_s >= budget_s:
+        return "budget"
+    return "rounds cap" if len(extra) >= MAX_ROUNDS else None
+
+
 def measure(wl, block, member, name: str, microbatches: list[int], seq_len: int, d_model: int,
-            rounds: int = ROUNDS) -> list[dict]:
-    """[{microbatch, in_step_s, member_s, group_s, extra_samples_s}] for a `name` ("tp2", "cp2"...)
-    group of `block` (`member`: one member's shard, shards.layer). Every rank of the process group
-    calls this, with the same arguments."""
+            precision: float, budget_s: float, min_rounds: int = MIN_ROUNDS) -> list[dict]:
+    """[{microbatch, in_step_s, member_s, group_s, extra_samples_s, rounds, ended_by, sampled_s,
+    half_width}]
+    for a `name` ("tp2", "cp2"...) group of `block` (`member`: one member's shard, shards.layer).
+    Every rank of the process group calls this, with the same arguments."""
     kind, t = name[:2], int(name[2:])
     group = _group_block(wl, block, kind, t, seq_len)
     tokens = seq_len // t if kind == "cp" else seq_len  # a cp rank's share of the sequence
@@ -89,12 +130,21 @@ def measure(wl, block, member, name: str, microbatches: list[int], seq_len: int,
         for _ in range(WARMUP):
             _pass(member, x), _pass(group, x)
         got: dict[str, list[float]] = {"member": [], "group": []}
-        for r in range(rounds):
+        extra: list[float] = []
+        ended, r = None, 0
+        while ended is None:
             for side, m in ((("member", member), ("group", group)) if r % 2 == 0 else
                             (("group", group), ("member", member))):
                 got[side].append(_pass(m, x))
-        extra = [g - m for g, m in zip(got["group"], got["member"])]
+            extra.append(got["group"][-1] - got["member"][-1])
+            r += 1
+            # the same samples on every rank (MAX-reduced), so every rank ends at the same round
+            ended = stop(extra, got["group"], sum(got["group"]) + sum(got["member"]), precision,
+                         BUDGET_FACTOR * budget_s, min_rounds)
+        hw = half_width(extra, got["group"])
         rows.append({"microbatch": mb, "in_step_s": max(0.0, statistics.median(extra)),
                      "member_s": statistics.median(got["member"]), "group_s": statistics.median(got["group"]),
-                     "extra_samples_s": extra, "rounds": rounds})
+                     "extra_samples_s": extra, "rounds": r, "ended_by": ended,
+                     "sampled_s": sum(got["group"]) + sum(got["member"]),
+                     "half_width": hw if math.isfinite(hw) else None})
     return rows

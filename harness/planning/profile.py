@@ -277,7 +277,8 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     for name in (k[len("block_"):] for k in parts):
         reason = in_step.why_not(cohort.world if cohort else 1, int(name[2:]))
         in_step_rows[name] = reason or in_step.measure(wl, wl.recompute_units(model)[0], parts[f"block_{name}"][0],
-                                                       name, microbatches, lm["seq_len"], lm["d_model"])
+                                                       name, microbatches, lm["seq_len"], lm["d_model"],
+                                                       precision, budget_s)
     return {"workload": workload, "size": size_name, "n_blocks": lm["n_blocks"], "seq_len": lm["seq_len"],
             "d_model": lm["d_model"], "microbatches": microbatches, "repeats": repeats,
             "precision": precision, "budget_s": budget_s,

@@ -112,6 +112,14 @@ def efficiency_lines(summary: dict) -> list[str]:
         out.append(f"{name} group in the step: " + (
             f"not timed ({rows})" if isinstance(rows, str) else
             ", ".join(f"mb{r['microbatch']} +{1e3 * r['in_step_s']:.1f} ms a block over its member's "
-                      f"{1e3 * r['member_s']:.1f}" for r in rows)
+                      f"{1e3 * r['member_s']:.1f}{_rounds(r)}" for r in rows)
             + " (its collectives, waiting and DTensor, forward + backward)"))
     return out
+
+
+def _rounds(row: dict) -> str:
+    """" (N rounds, +-x% of the group's pass)" for a row sampled to a precision (older profiles: "")."""
+    if "ended_by" not in row:
+        return ""
+    hw = row.get("half_width")
+    return f" ({row['rounds']} rounds, " + ("no interval" if hw is None else f"+-{100 * hw:.1f}%") + ")"
