@@ -24,9 +24,10 @@ How many rounds: at least MIN_ROUNDS, then until the distribution-free 95% inter
 median is within +-precision of the group's pass (the profile's own rule, harness/planning/
 profile.py; relative to the group's pass because the planner adds this figure to a member's
 compute, so its error is that share of the group's block time), or until BUDGET_FACTOR x the
-profile's budget_s of timed passes. With 8 rounds fixed, two profiles of the same pair timed cp2's figure 0.013 and 0.025 s
-a block (2026-12-03): on LM small's 6 blocks, 7% of the step, as much as the planner's error.
-The budget is counted in the MAX-reduced pass times, which every rank holds the same.
+profile's budget_s of timed passes. With 8 rounds fixed, two profiles of the same pair timed
+cp2's figure 0.013 and 0.025 s a block (2026-12-03): on LM small's 6 blocks, 7% of the step, as
+much as the planner's error. The budget is counted in the MAX-reduced pass times, which every
+rank holds the same.
 """
 from __future__ import annotations
 
@@ -118,9 +119,8 @@ def stop(extra: list[float], group: list[float], spent_s: float, precision: floa
 def measure(wl, block, member, name: str, microbatches: list[int], seq_len: int, d_model: int,
             precision: float, budget_s: float, min_rounds: int = MIN_ROUNDS) -> list[dict]:
     """[{microbatch, in_step_s, member_s, group_s, extra_samples_s, rounds, ended_by, sampled_s,
-    half_width}]
-    for a `name` ("tp2", "cp2"...) group of `block` (`member`: one member's shard, shards.layer).
-    Every rank of the process group calls this, with the same arguments."""
+    half_width}] for a `name` ("tp2", "cp2"...) group of `block` (`member`: one member's shard,
+    shards.layer). Every rank of the process group calls this, with the same arguments."""
     kind, t = name[:2], int(name[2:])
     group = _group_block(wl, block, kind, t, seq_len)
     tokens = seq_len // t if kind == "cp" else seq_len  # a cp rank's share of the sequence
@@ -131,20 +131,20 @@ def measure(wl, block, member, name: str, microbatches: list[int], seq_len: int,
             _pass(member, x), _pass(group, x)
         got: dict[str, list[float]] = {"member": [], "group": []}
         extra: list[float] = []
-        ended, r = None, 0
+        ended, r, spent = None, 0, 0.0
         while ended is None:
             for side, m in ((("member", member), ("group", group)) if r % 2 == 0 else
                             (("group", group), ("member", member))):
                 got[side].append(_pass(m, x))
+                spent += got[side][-1]
             extra.append(got["group"][-1] - got["member"][-1])
             r += 1
             # the same samples on every rank (MAX-reduced), so every rank ends at the same round
-            ended = stop(extra, got["group"], sum(got["group"]) + sum(got["member"]), precision,
-                         BUDGET_FACTOR * budget_s, min_rounds)
+            ended = stop(extra, got["group"], spent, precision, BUDGET_FACTOR * budget_s, min_rounds)
         hw = half_width(extra, got["group"])
         rows.append({"microbatch": mb, "in_step_s": max(0.0, statistics.median(extra)),
                      "member_s": statistics.median(got["member"]), "group_s": statistics.median(got["group"]),
                      "extra_samples_s": extra, "rounds": r, "ended_by": ended,
-                     "sampled_s": sum(got["group"]) + sum(got["member"]),
+                     "sampled_s": spent,
                      "half_width": hw if math.isfinite(hw) else None})
     return rows
