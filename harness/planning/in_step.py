@@ -38,7 +38,7 @@ import time
 
 import torch
 
-from results.stats.estimators import MIN_ORDER_PAIRS, median_interval_ranks
+from results.stats.estimators import median_interval
 
 MIN_ROUNDS = 8   # pairs of passes per microbatch before the precision rule may end sampling
 MAX_ROUNDS = 400  # bounds a cell whose passes are far shorter than the budget expects
@@ -95,11 +95,8 @@ def _pass(module, x) -> float:
 def half_width(extra: list[float], group: list[float]) -> float:
     """The 95% interval of median(extra) (order statistics), +- as a share of the median group
     pass; inf with too few rounds for one."""
-    ranks = median_interval_ranks(len(extra)) if len(extra) >= MIN_ORDER_PAIRS else None
-    if ranks is None:
-        return math.inf
-    a = sorted(extra)
-    return (a[ranks[1]] - a[ranks[0]]) / (2 * statistics.median(group))
+    interval = median_interval(extra)
+    return math.inf if interval is None else (interval[1] - interval[0]) / (2 * statistics.median(group))
 
 
 def stop(extra: list[float], group: list[float], spent_s: float, precision: float, budget_s: float,

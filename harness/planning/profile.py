@@ -49,7 +49,7 @@ from harness.config.errors import BadInput, Unsupported, UsageError
 from harness.run.record import unique_stamp
 from harness.measure.timing import now
 from results.record import schema
-from results.stats.estimators import MIN_ORDER_PAIRS, median_interval_ranks
+from results.stats.estimators import median_interval
 
 SUBDIR = "profiles"
 KIND = schema.PROFILE_KIND  # config.json kind of a layer profile record
@@ -95,11 +95,8 @@ def _stop(totals: list[float], started: float, repeats: int, cell_s: float, prec
 
 def _half_width(samples: list[float]) -> float:
     """The 95% interval of the median relative to it (+-); inf with too few samples for one."""
-    ranks = median_interval_ranks(len(samples)) if len(samples) >= MIN_ORDER_PAIRS else None
-    if ranks is None:
-        return float("inf")
-    a = sorted(samples)
-    return (a[ranks[1]] - a[ranks[0]]) / (2 * statistics.median(a))
+    interval = median_interval(samples)
+    return float("inf") if interval is None else (interval[1] - interval[0]) / (2 * statistics.median(samples))
 
 
 def _ended(totals: list[float], start: float, mine: str | None, cohort, rule: tuple) -> tuple[str | None, bool]:

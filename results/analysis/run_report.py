@@ -18,10 +18,8 @@ def median_with_interval(samples: list[float]) -> tuple[float, float, float]:
     """The median step and its distribution-free 95% interval from order statistics (NaN bounds
     with fewer than 6 steps). Steps of one run are not independent draws (the machine drifts), so
     this is the interval of this run's median, not of the configuration's: repeats say that."""
-    a = np.sort(np.asarray(samples, dtype=float))
-    ranks = stats.median_interval_ranks(a.size) if a.size >= stats.MIN_ORDER_PAIRS else None
-    med = float(np.median(a))
-    return (med, float(a[ranks[0]]), float(a[ranks[1]])) if ranks else (med, float("nan"), float("nan"))
+    med = float(np.median(np.asarray(samples, dtype=float)))
+    return (med, *(stats.median_interval(list(samples)) or (float("nan"), float("nan"))))
 
 
 def describe(rec: dict) -> list[str]:

@@ -107,6 +107,16 @@ def median_interval_ranks(n: int, level: float = CI) -> tuple[int, int] | None:
     return None if k == 0 else (k - 1, n - k)
 
 
+def median_interval(samples: Sequence[float]) -> tuple[float, float] | None:
+    """(lo, hi): the distribution-free 95% interval of the samples' median (order statistics), or
+    None with fewer than MIN_ORDER_PAIRS samples."""
+    ranks = median_interval_ranks(len(samples)) if len(samples) >= MIN_ORDER_PAIRS else None
+    if ranks is None:
+        return None
+    a = sorted(samples)
+    return float(a[ranks[0]]), float(a[ranks[1]])
+
+
 def paired_ratio(num: Sequence[float], den: Sequence[float], n_boot: int = N_BOOT,
                  seed: int = 0) -> dict[str, float | str]:
     """Per-pair ratios num[i] / den[i] (each pair measured back to back, so drift between pairs
@@ -118,11 +128,9 @@ def paired_ratio(num: Sequence[float], den: Sequence[float], n_boot: int = N_BOO
     r = np.asarray(num, dtype=float) / np.asarray(den, dtype=float)
     if r.size == 0:
         raise ValueError("no samples")
-    ranks = median_interval_ranks(r.size) if r.size >= MIN_ORDER_PAIRS else None
-    if ranks is not None:
-        srt = np.sort(r)
-        return {"ratio": float(np.median(r)), "ci_lo": float(srt[ranks[0]]), "ci_hi": float(srt[ranks[1]]),
-                "method": ORDER_STATS}
+    interval = median_interval(r.tolist())
+    if interval is not None:
+        return {"ratio": float(np.median(r)), "ci_lo": interval[0], "ci_hi": interval[1], "method": ORDER_STATS}
     if r.size == 1:
         return {"ratio": float(r[0]), "ci_lo": float("nan"), "ci_hi": float("nan"), "method": NO_INTERVAL}
     from scipy.special import stdtrit  # Student's t quantile (scipy.stats.t.ppf's, without loading .stats)
