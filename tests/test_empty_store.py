@@ -66,6 +66,19 @@ def test_a_bad_template_is_ignored_and_made_again(tmp_path, monkeypatch, bad):
     assert sqlite_store.damage(template) == "" and _experiments(template) == []
 
 
+def test_a_template_that_fails_to_copy_only_costs_the_migrations(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    sqlite_store.ensure(tmp_path / "a" / "mlflow.db")
+
+    def broken(src, dest):
+        dest.write_bytes(b"half a copy")
+        raise sqlite3.DatabaseError("database disk image is malformed")
+    monkeypatch.setattr(empty_store, "_backup", broken)
+    db = tmp_path / "b" / "mlflow.db"
+    sqlite_store.ensure(db)
+    assert sqlite_store.damage(db) == "" and _experiments(db) == _default(db)
+
+
 def test_an_unwritable_cache_only_costs_the_migrations(tmp_path, monkeypatch):
     (tmp_path / "cache").write_text("a file where the cache folder should be")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))

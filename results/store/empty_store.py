@@ -6,8 +6,8 @@ VM, paid by every first ingest into a new results folder (a demo's, each test's)
 finished schema takes 0.1 s. The copy is kept without MLflow's Default experiment, whose row
 names the artifact folder of the store it was made for; MLflow's own store adds it back, with
 the new store's folder, when it opens a store that lacks it (SqlAlchemyStore's
-`_initialize_store_state`). A template that is unreadable or at another schema revision is
-ignored and made again; an unwritable cache only costs the migrations.
+`_initialize_store_state`). A template that is unreadable, at another schema revision or fails
+to copy is ignored and made again; an unwritable cache only costs the migrations.
 """
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ def copy_to(dest: Path, damage) -> bool:
     src = template()
     if not src.is_file() or damage(src):
         return False
-    _backup(src, dest)
+    try:
+        _backup(src, dest)
+    except (OSError, sqlite3.Error):  # e.g. a page of the template went bad after the check
+        dest.unlink(missing_ok=True)
+        return False  # an empty file again: MLflow migrates it
     return True
 
 
