@@ -127,6 +127,10 @@ def test_one_real_interleaved_pair_in_one_process(env, data_root):
     assert ab["baseline"]["loss"][:k] == pytest.approx(ref_losses[:k], rel=1e-6)
     steady = [m for m in rec["metrics"] if m.get("kind") == "step" and m.get("phase") == "steady"]
     assert steady and all("block" in m for m in steady)
+    # short steps: each of the configuration's blocks opens with exactly one untimed re-warm step
+    assert ab["rewarm"] == {"baseline": True, "config": True}
+    rewarm = [m["block"] for m in rec["metrics"] if m.get("kind") == "step" and m.get("phase") == "rewarm"]
+    assert rewarm == list(range(s["ab_pairs"]))
     assert describe(rec)[1].startswith("interleaved in this process with its other side")
     assert ab["against"] == "every toggle off" and ab["aa"] is False
     json.dumps(s)  # the summary stays plain JSON (no inf)
@@ -150,6 +154,19 @@ def test_a_strategy_interleaved_against_ddp_on_two_ranks(env, data_root):
     assert s["gate_passed"] == 1 and s["ab_baseline_gate_passed"] == 1
     assert s["ab_pairs"] == len(s["ab"]["blocks"]) >= 1 and s["world"] == 2
     assert "interleaved in this process with its other side (every toggle off, DDP on the same ranks)" in p.stdout
+
+
+def test_a_block_lasts_block_s_and_only_short_steps_are_re_warmed():
+    """block_plan: steps per block so a block lasts >= block_s; the untimed re-warm step only
+    where a step is short enough for its cost (~1-2 ms measured) to matter."""
+    from harness.run.interleave import REWARM_BELOW_S, block_plan
+    assert block_plan(0.06, 0.2) == (4, True)            # CosmoFlow tiny's baseline
+    assert block_plan(0.013, 0.2) == (16, True)          # LM tiny's
+    assert block_plan(1.6, 0.2) == (1, False)            # CosmoFlow tiny +amp=bf16 on an emulating CPU
+    assert block_plan(REWARM_BELOW_S, 0.2) == (1, False)
+    assert block_plan(REWARM_BELOW_S * 0.99, 0.2) == (1, True)
+    assert block_plan(0.3, 1.0) == (4, True)
+    assert block_plan(0.0, 0.2)[0] >= 1                 # a zero warm-up time never divides by zero
 
 
 def test_the_other_side_is_the_toggles_off_config_or_what_against_says():

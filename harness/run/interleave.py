@@ -6,8 +6,9 @@ VM's process medians moved +-15% with nothing else running), and a ratio of two 
 medians carries that drift. Here both sides live in the same process, each with its own model,
 optimizer, data stream and random-number stream, and run in blocks A B | B A | A B ... of at
 least `block_s` seconds each; every pair of blocks gives one ratio measured on the same machine
-state (results/stats/interleaved.py; a block's figure is its median step, after one untimed
-step that re-warms the side). Sampling stops when the ratio's 95% interval half-width
+state (results/stats/interleaved.py; a block's figure is its median step). Block lengths come
+from warm-up (`block_plan`): a block lasts at least `block_s`, and a side whose step is short
+starts each block with one untimed step that re-warms it. Sampling stops when the ratio's 95% interval half-width
 reaches `precision`, or when `budget_s` is spent, and the record says which.
 
 What each side sees is what it would see alone: each side's init seeds the RNGs as a solo run
@@ -50,6 +51,22 @@ from results.stats import interleaved as ab_stats
 MAX_STEPS = 100_000   # per side: bounds the data plan when steps turn out far shorter than warm-up's
 PRECISION, BUDGET, CAP = "precision", "budget", "steps cap"
 REWARM = "rewarm"  # a block's first step, after the other side ran: trained, not timed into the ratio
+# Re-warm a side only when its step is shorter than this (seconds). Measured (2026-12-04, one
+# process each, this 2-core VM): the first step after the other side ran costs about +1 ms
+# (LM tiny 13 ms steps: +6%, up to 2.5x on other short steps), and no more on long steps: +2.1 ms
+# on DeepCAM tiny +amp's 661 ms (ratio 1.003 over 8 blocks), 0.95-1.11 on CosmoFlow tiny +amp's
+# 1.5 s (20 records), 0.98 on LM small tp2's 1.7 s and DDP's 1.4 s on 2 ranks. Above 0.5 s such a
+# cost is <= 0.4% of the step, while the untimed step costs a long-step side half its sampling.
+REWARM_BELOW_S = 0.5
+
+
+def block_plan(step_s: float, block_s: float) -> tuple[int, bool]:
+    """(steps per block, re-warm?) for a side whose step takes step_s seconds (from warm-up): a
+    block lasts at least block_s. Blocks are not stretched to the other side's step: tried
+    (2026-12-04, CosmoFlow tiny +amp=bf16, 1.6 s steps, 3 processes), baseline blocks of 19-23
+    steps had medians 73-98 ms from block to block, a +-10% pair ratio as with 3-step blocks, and
+    half the pairs."""
+    return max(1, math.ceil(block_s / max(step_s, 1e-6))), step_s < REWARM_BELOW_S
 
 
 def why_not(cfg: RunConfig, world: int) -> str | None:
@@ -107,7 +124,8 @@ class _Side:
     loader: object
     rng: _Rng
     steps: int = 0       # steps taken so far, warm-up included (the data plan's index)
-    block: int = 1       # steps per block, set from warm-up
+    block: int = 1       # steps per block, set from warm-up (block_plan)
+    rewarm: bool = True  # each block starts with an untimed step (block_plan)
 
     def step(self, device: torch.device) -> tuple[float, float, float, dict]:
         """One training step: (global-batch loss, the slowest rank's step seconds, its data wait,
@@ -156,19 +174,20 @@ class Interleaved:
                        # every rank (a wall clock read per rank could end the ranks' loops at different pairs)
 
         def take(side: _Side, phase: str, n: int, block: int | None = None) -> float:
-            """One step of re-warming after the switch of sides (in a block), then n steps of one
-            side with its RNG streams; their median step time."""
+            """In a block, one step of re-warming after the switch of sides if the side re-warms;
+            then n steps of one side with its RNG streams; their median step time."""
             side.rng.load()
             times = []
-            for i in range(n + (block is not None)):
+            rewarm = block is not None and side.rewarm
+            for i in range(n + rewarm):
                 loss, step_s, data_s, moe = side.step(device)
                 if not math.isfinite(loss):
                     raise loop.Diverged(f"loss is {loss} at step {side.steps - 1} of the "
                                         f"{'baseline' if side is self.a else 'configuration'} side")
                 if block is not None:
                     spent[0] += step_s
-                if block is not None and i == 0:
-                    # measured here: the first step after the other side ran is up to 2.5x slower
+                if rewarm and i == 0:
+                    # the first step after the other side ran is up to 2.5x slower on short steps
                     # (caches, allocator pages of the other model); a solo run never pays it
                     phase_now = REWARM
                 else:
@@ -187,8 +206,7 @@ class Interleaved:
         warmup = max(cfg.warmup_steps, 2)  # one step pays compile/first-touch; the next sets the block length
         for side in (self.b, self.a):
             times = [take(side, "warmup", 1) for _ in range(warmup)]
-            step_s = float(np.median(times[1:]))
-            side.block = max(1, math.ceil(cfg.block_s / max(step_s, 1e-6)))
+            side.block, side.rewarm = block_plan(float(np.median(times[1:])), cfg.block_s)
         self._timed_loaders(run, warmup)
         ratios, blocks = [], []
         ended = BUDGET
@@ -235,7 +253,8 @@ class Interleaved:
                           "aa": other.variant_hash() == self.cfg.variant_hash(),
                           "block_columns": ["pair", "first", "baseline_median_step_s", "config_median_step_s"],
                           "ended_by": ended, "method": s["method"], "precision_target": self.cfg.precision,
-                          "budget_s": self.cfg.budget_s, "block_s": self.cfg.block_s}
+                          "budget_s": self.cfg.budget_s, "block_s": self.cfg.block_s,
+                          "rewarm": {"baseline": self.a.rewarm, "config": self.b.rewarm}}
         rec.info.update(ab_ratio=s["ratio"], ab_lo=s["ci_lo"], ab_hi=s["ci_hi"], ab_pairs=s["pairs"],
                         ab_half_width=s["half_width"] if math.isfinite(s["half_width"]) else None,
                         ab_precision_reached=int(ended == PRECISION),
