@@ -76,7 +76,7 @@ def seeded(tmp_path_factory, data_root):
         repeats: 2
         matrix: [baseline, add_one_in, all_on]
         toggles: [channels_last, dali, cuda_graphs]
-        base: {steps: 4, warmup_steps: 1}
+        base: {steps: 4, warmup_steps: 1, eval_batches: 2}
     """)
     real = sorted((root / "runs").glob("*"))[0]
     crafted = real.with_name(real.name + "-crafted")  # a failed run with a hostile sweep name and reason

@@ -23,6 +23,15 @@ def test_variant_hash_covers_measurement_not_labels():
     assert a.variant_hash() == dataclasses.replace(a, sweep="s", repeat=3).variant_hash()
     assert a.variant_hash() != a.with_overrides(["toggles.compile=true"]).variant_hash()
     assert a.variant_hash() != a.with_overrides(["steps=21"]).variant_hash()
+    assert a.variant_hash() == a.with_overrides(["eval_batches=2"]).variant_hash()  # evaluated after the clock
+
+
+def test_eval_samples_counts_each_ranks_first_batches():
+    from harness.run.loop import _max_eval_batches, eval_samples
+    assert eval_samples(96, 8, 1) == eval_samples(96, 8, 1, 0) == 96
+    assert eval_samples(96, 8, 1, 2) == 16 and eval_samples(96, 8, 2, 2) == 32
+    assert eval_samples(97, 8, 2, 100) == 97 and eval_samples(5, 4, 2, 1) == 5  # ranks hold 3 and 2
+    assert _max_eval_batches(96, 8, 2) == 6 and _max_eval_batches(96, 8, 2, 2) == 2
 
 
 def test_overrides_are_typed():
@@ -40,6 +49,8 @@ def test_overrides_are_typed():
     ({"workload": "cosmoflow", "steps": 0}, "steps must be >= 1"),
     ({"workload": "cosmoflow", "seed": 0}, r"seed must be in 1\.\."),
     ({"workload": "cosmoflow", "steps": "3"}, "steps expects int"),
+    ({"workload": "cosmoflow", "eval_batches": -1}, "eval_batches must be >= 0"),
+    ({"workload": "cosmoflow", "mode": "ttt", "eval_batches": 2}, "eval_batches applies to throughput runs"),
 ])
 def test_invalid_configs_raise_with_choices(kwargs, fragment):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):

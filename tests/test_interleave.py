@@ -108,7 +108,8 @@ def test_one_real_interleaved_pair_in_one_process(env, data_root):
     assert base.returncode == 0, base.stderr[-2000:]
     ref = run_dirs(env)[0]
     p = harness(env, "run", "cosmoflow", "--set", "steps=6", "--set", "toggles.channels_last=true", "--set", "interleave=true",
-                "--set", "budget_s=4", "--set", "profile_steps=0", "--set", f"reference_run={ref}", "--no-ingest")
+                "--set", "budget_s=4", "--set", "profile_steps=0", "--set", f"reference_run={ref}", "--no-ingest",
+                "--set", "eval_batches=1")
     assert p.returncode == 0, p.stderr[-2000:]
     assert "interleaved in this process with its other side (every toggle off): speedup" in p.stdout
     run = next(d for d in run_dirs(env) if d != ref)
@@ -133,6 +134,11 @@ def test_one_real_interleaved_pair_in_one_process(env, data_root):
     assert rewarm == list(range(s["ab_pairs"]))
     assert describe(rec)[1].startswith("interleaved in this process with its other side")
     assert ab["against"] == "every toggle off" and ab["aa"] is False
+    # eval_batches=1: the quality is a spot check over one batch of 8 of the 96 validation samples,
+    # and the MLPerf log's eval_samples says so; the reference run evaluated all of them
+    assert (s["eval_samples"], s["n_val"]) == (8, 96)
+    assert schema.read_record(ref)["summary"]["eval_samples"] == 96
+    assert '"key": "eval_samples", "value": 8,' in (run / "mlperf.log").read_text()
     json.dumps(s)  # the summary stays plain JSON (no inf)
 
 

@@ -32,7 +32,7 @@ TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/record/toggles.py
 # The interleaved engine's sampling settings (how long and how finely a ratio was sampled) are
 # labels too: an interleaved +channels_last run measures what a plain one does.
 LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "against", "precision", "budget_s", "block_s",
-                "account")
+                "account", "eval_batches")
 
 
 def _check_toggles(self) -> None:
@@ -84,6 +84,11 @@ class RunConfig:
     """Global batch size in samples; 0 takes the size's default."""
     eval_every: int = 0
     """ttt: training steps between evaluations; 0 = once per epoch."""
+    eval_batches: int = 0
+    """throughput: validation batches per rank evaluated after the timed steps, a spot check of
+    the model's quality; 0 = the whole validation split. The record's `eval_samples` says what the
+    quality is over. ttt always evaluates the whole split (its quality decides convergence).
+    Not hashed: it is evaluated after the clock."""
     max_seconds: float = 0.0
     """ttt: wall-clock cap in seconds for the training phase; 0 = none."""
     seed: int = 1
@@ -148,9 +153,13 @@ class RunConfig:
             raise UsageError(f"steps must be >= 1; got {self.steps}")
         if self.prefetch < -1:
             raise UsageError(f"prefetch must be >= -1 (-1 = auto); got {self.prefetch}")
-        for name in ("warmup_steps", "batch_size", "eval_every", "threads", "repeat", "ranks", "profile_steps"):
+        for name in ("warmup_steps", "batch_size", "eval_every", "eval_batches", "threads", "repeat", "ranks",
+                     "profile_steps"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if self.mode == "ttt" and self.eval_batches:
+            raise UsageError(f"eval_batches applies to throughput runs: a ttt run evaluates the whole validation "
+                             f"split (its quality decides convergence); got eval_batches={brief(self.eval_batches)}")
         cpus = os.cpu_count() or 1
         if self.threads > cpus:  # torch's OpenMP pool segfaulted (exit 139, no output) at 100000
             raise UsageError(f"threads must be 0 (one per core) or 1..{cpus}: this machine has {cpus} CPUs; "

@@ -52,6 +52,8 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
     dp_rank, dp_world = data_shard(cfg, dist)  # tensor-parallel ranks of one replica read the same samples
     batches = data.epoch_batches(n_val, local_batch, seed=0, epoch=0, rank=dp_rank, world=dp_world,
                                  shuffle=False, drop_last=False)
+    if cfg.eval_batches:  # a throughput run's spot check: each rank's first eval_batches batches
+        batches = batches[:cfg.eval_batches]
     loader = data.make_loader(cfg, workload, size, root, "val", batches, dist.local_rank)
     model = ts.eval_model
     dist_mod.average_bn_stats(dist, model)
@@ -68,15 +70,23 @@ def evaluate(ts: TrainStep, cfg: RunConfig, workload, size, root: Path, local_ba
             for k, v in workload.quality_sums(out, y).items():
                 sums[k] = sums.get(k, 0.0) + v
     if ts.lockstep_eval:  # sharded parameters: a rank with one batch fewer joins the others'
-        for _ in range(_max_eval_batches(n_val, local_batch, dp_world) - len(batches)):
+        for _ in range(_max_eval_batches(n_val, local_batch, dp_world, cfg.eval_batches) - len(batches)):
             with ts.autocast():
                 forward(last[0])  # its all-gathers only; the output is not counted
     return workload.quality(dist_mod.sum_across_ranks(dist, sums))
 
 
-def _max_eval_batches(n: int, batch: int, world: int) -> int:
-    """Eval batches of the rank with the most samples (rank 0: ceil(n / world) of them)."""
-    return -(-(-(-n // world)) // batch)
+def _max_eval_batches(n: int, batch: int, world: int, cap: int = 0) -> int:
+    """Eval batches of the rank with the most samples (rank 0: ceil(n / world) of them), at most
+    `cap` (0 = no cap)."""
+    most = -(-(-(-n // world)) // batch)
+    return min(most, cap) if cap else most
+
+
+def eval_samples(n: int, batch: int, world: int, cap: int = 0) -> int:
+    """Validation samples an evaluation covers: all n, or each rank's first `cap` batches of its
+    share (rank r holds samples r, r + world, ...: data.epoch_batches without drop_last)."""
+    return n if not cap else sum(min(len(range(r, n, world)), cap * batch) for r in range(world))
 
 
 def _reached(q: float, target: float, higher_is_better: bool) -> bool:
@@ -167,12 +177,13 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
         ml.event(key, value)
     ml.event("quality_target", target)  # not an MLLOG constant: the LM rules need it, HPC rules ignore it
     ml.event(K.TRAIN_SAMPLES, n_train)
-    ml.event(K.EVAL_SAMPLES, n_val)
+    n_eval = eval_samples(n_val, local_batch, dp_world, cfg.eval_batches)
+    ml.event(K.EVAL_SAMPLES, n_eval)  # what the logged quality is over (all of n_val unless eval_batches caps it)
     if shares:
         rec.info["batch_shares"] = shares
     rec.info.update(device=cfg.device, global_batch=global_batch, local_batch=local_batch, world=dist.world, nodes=nodes,
                     launcher=dist.launcher,
-                    steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val,
+                    steps_per_epoch=steps_per_epoch, n_train=n_train, n_val=n_val, eval_samples=n_eval,
                     flops_per_sample=workload.flops_per_sample(size),
                     quality_metric=workload.quality_metric, quality_target=target,
                     higher_is_better=workload.higher_is_better)

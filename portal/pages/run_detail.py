@@ -24,6 +24,9 @@ for col, key, label, fmt, scale in ((cols[1], "median_step_s", "median step (ms)
                                     (cols[2], "samples_per_s", "samples/s", "{:.1f}", 1),
                                     (cols[3], "quality", "quality", "{:.4f}", 1)):
     v = row.get(key)
+    n_eval, n_val = row.get("eval_samples"), row.get("n_val")
+    if key == "quality" and not pd.isna(n_eval) and not pd.isna(n_val) and n_eval < n_val:
+        label = f"quality ({int(n_eval)} of {int(n_val)} val samples)"  # a throughput run's spot check
     col.metric(label, "-" if pd.isna(v) else fmt.format(scale * v))
 if isinstance(row.get("reason"), str) and row["reason"]:
     st.caption("reason")
