@@ -8,8 +8,8 @@ optimizer, data stream and random-number stream, and run in blocks A B | B A | A
 least `block_s` seconds each; every pair of blocks gives one ratio measured on the same machine
 state (results/stats/interleaved.py; a block's figure is its median step). Block lengths come
 from warm-up (`block_plan`): a block lasts at least `block_s`, and a side whose step is short
-starts each block with one untimed step that re-warms it. Sampling stops when the ratio's 95% interval half-width
-reaches `precision`, or when `budget_s` is spent, and the record says which.
+starts each block with one untimed step that re-warms it. Sampling stops when the ratio's 95%
+interval half-width reaches `precision`, or when `budget_s` is spent, and the record says which.
 
 What each side sees is what it would see alone: each side's init seeds the RNGs as a solo run
 does, and each side's RNG state is swapped in around its blocks, so dropout and data order
