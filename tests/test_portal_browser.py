@@ -147,17 +147,20 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
 def test_a_run_link_opens_that_run(portal_url, seeded):
     """?run=ID reproduces the view: two finished runs' links each show their own median step
-    time (the tile's figure, from the store), not the other's."""
+    time (the tile's figure, from the store), not the other's, and their quality with what it is
+    over (the seeded sweep evaluates 2 batches of 8: a spot check, so the tile says so)."""
     import results
     df = results.load_runs(f"sqlite:///{seeded[0] / 'mlflow.db'}")
     df = df[df["status"] == "finished"].assign(tile=lambda d: [f"{1000 * v:.1f}" for v in d["median_step_s"]])
     df = df.drop_duplicates("tile")
+    quality = dict(zip(df["run_id"], df["quality"]))
     (a, ta), (b, tb) = list(zip(df["run_id"], df["tile"]))[:2]
     with _browser_page() as page:
         for rid, mine, other in ((a, ta, tb), (b, tb, ta)):
             body = _open(page, f"{portal_url}/run_detail?run={rid}", f"run_detail-{rid[:8]}", TABLE)
             tile = body.split("median step (ms)", 1)[1].split()[0]
             assert tile == mine != other, body[:2000]
+            assert body.split("quality (16 of 96 val samples)", 1)[1].split()[0] == f"{quality[rid]:.4f}", body[:2000]
             assert f"run={rid}" in page.url
 
 
