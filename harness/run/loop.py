@@ -84,9 +84,13 @@ def _max_eval_batches(n: int, batch: int, world: int, cap: int = 0) -> int:
 
 
 def eval_samples(n: int, batch: int, world: int, cap: int = 0) -> int:
-    """Validation samples an evaluation covers: all n, or each rank's first `cap` batches of its
-    share (rank r holds samples r, r + world, ...: data.epoch_batches without drop_last)."""
-    return n if not cap else sum(min(len(range(r, n, world)), cap * batch) for r in range(world))
+    """Validation samples an evaluation covers: all n, or each rank's first `cap` batches of the
+    share `evaluate` reads (data.epoch_batches without drop_last: the one sharding rule)."""
+    if not cap:
+        return n
+    return sum(len(b) for r in range(world)
+               for b in data.epoch_batches(n, batch, seed=0, epoch=0, rank=r, world=world, shuffle=False,
+                                           drop_last=False)[:cap])
 
 
 def _reached(q: float, target: float, higher_is_better: bool) -> bool:
