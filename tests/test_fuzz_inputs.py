@@ -56,6 +56,7 @@ SWEEP_DOCS = st.fixed_dictionaries({}, optional={
 @FAST
 @given(doc=SWEEP_DOCS, raw=st.none() | st.binary(max_size=60))
 @example(doc={"name": "x@y", "workloads": ["lm"]}, raw=None)
+@example(doc={}, raw=b"?")  # YAML's `?` is a mapping with a null key: found by CI's fuzzing (2026-12-04)
 @example(doc={"name": "x" * 10_000, "workloads": ["lm"]}, raw=None)
 def test_sweep_files_give_a_sweep_or_a_usage_error(tmp_path_factory, doc, raw):
     from harness.experiments import sweep

@@ -55,7 +55,7 @@ class Sweep:
 
 def _line_of(text: str, key: str) -> int:
     """1-based line where `key` first appears as a whole word (block or flow YAML style)."""
-    pattern = re.compile(rf"(?<![\w.-]){re.escape(key)}(?![\w.-])")
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(str(key))}(?![\w.-])")  # YAML keys may be null, ints
     for n, line in enumerate(text.splitlines(), 1):
         if pattern.search(line.split("#", 1)[0]):
             return n
