@@ -162,6 +162,27 @@ def test_a_strategy_interleaved_against_ddp_on_two_ranks(env, data_root):
     assert "interleaved in this process with its other side (every toggle off, DDP on the same ranks)" in p.stdout
 
 
+def test_a_pipeline_split_interleaved_against_the_uniform_one_on_two_ranks(env, data_root):
+    """Two pipelines on the same two ranks, each side its own stages and schedule: both sides
+    pass the gate against the one-rank run, and the run's schedule record holds exactly the
+    configuration side's timed steps (not its warm-up, re-warm steps or the other side's)."""
+    from tests.helpers import mpirun
+    size = ["--size", "deep-tiny", "--set", "steps=4", "--set", "profile_steps=0", "--no-ingest"]
+    base = harness(env, "run", "lm", *size)
+    assert base.returncode == 0, base.stderr[-2000:]
+    ref = run_dirs(env)[0]
+    p = mpirun(env, 2, "-m", "harness", "run", "lm", *size, "--set", "parallel.pp=2", "--set", "parallel.microbatches=4",
+               "--set", "parallel.pp_split=6,2", "--set", "against=parallel.pp_split=4,4", "--set", "interleave=true",
+               "--set", "budget_s=2", "--set", f"reference_run={ref}")
+    assert p.returncode == 0, p.stderr[-2000:]
+    s = schema.read_record(next(d for d in run_dirs(env) if d != ref))["summary"]
+    assert s["ab"]["against"] == "parallel.pp_split=4,4" and s["gate_passed"] == 1 and s["ab_baseline_gate_passed"] == 1
+    pipe = s["pipeline"]
+    assert pipe["split"] == [6, 2] and s["ab_pairs"] >= 1
+    assert len(pipe["steps"]) == s["ab_pairs"] * s["ab_block_steps_config"]
+    assert {e["mb"] for e in pipe["events"] if e["kind"] == "F"} == {0, 1, 2, 3}
+
+
 def test_a_block_lasts_block_s_and_only_short_steps_are_re_warmed():
     """block_plan: steps per block so a block lasts >= block_s; the untimed re-warm step only
     where a step is short enough for its cost (~1-2 ms measured) to matter."""
@@ -196,7 +217,7 @@ def test_the_other_side_is_the_toggles_off_config_or_what_against_says():
         with pytest.raises(UsageError, match=bad.split("=")[0]):
             cfg.with_overrides([bad])
     pp = RunConfig(workload="lm", ranks=2).with_overrides(["parallel.pp=2", "interleave=true"])
-    assert "pipeline" in interleave.why_not(pp, 2)
+    assert interleave.why_not(pp, 2) is None  # pipelines interleave too (each side its own stages)
     assert "time-to-train" in interleave.why_not(RunConfig(workload="cosmoflow", mode="ttt", interleave=True), 1)
 
 

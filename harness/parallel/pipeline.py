@@ -70,6 +70,7 @@ class Clock:
 
     def __init__(self, device: torch.device):
         self.device, self.step, self.recording, self.events = device, 0, True, []
+        self.first_steady = 0  # set by the interleaved engine, whose warm-up is its own (harness/run/interleave.py)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -204,7 +205,8 @@ def report(ts, dist, first_steady: int) -> dict:
     from results.analysis import bubble as pipe_results
     clock = ts.pipeline.clock
     clock.recording = False
-    mine = [e for e in clock.events if e[0] >= first_steady]
+    first = max(first_steady, clock.first_steady)
+    mine = [e for e in clock.events if e[0] >= first]
     every: list = [None] * dist.world
     td.all_gather_object(every, {"rank": dist.rank, "pp_rank": ts.pipeline.pp_rank, "events": mine})
     replica = [e for e in every if e["rank"] in _replica_ranks(ts.pipeline)]

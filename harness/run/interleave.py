@@ -21,9 +21,12 @@ overrides of the configuration, by default every toggle off and, on several rank
 same ranks (so `parallel.data=fsdp` is measured against DDP in the same process group, each rank
 holding both). With several ranks a step's time is the slowest rank's (gathered off the clock),
 and the budget is counted in those sampled seconds, so every rank stops at the same pair.
-Pipeline schedules are not interleaved (their per-step timeline and bubble are read from one
-stream of steps); they and time-to-train runs are paired per repeat, and the record says why
-(`ab_unavailable`).
+Pipelines too: each side builds its own stages and schedule over the same ranks (a planned split
+against the uniform one, or a pipeline against data parallel), and since a side's schedule
+finishes its sends and receives within its step, the two never share a message. Only the
+configuration side's clock records its schedule, from its first steady step on (its timeline
+and bubble are its steps', gaps between blocks excluded). Time-to-train runs are paired per
+repeat, and the record says why (`ab_unavailable`).
 
 Clock: the variant's record is the run's record (its steps, eval, breakdown, MLPerf log); the
 baseline side's raw step times and losses are kept in its `ab` section, with every block.
@@ -73,9 +76,6 @@ def why_not(cfg: RunConfig, world: int) -> str | None:
     """Why this configuration can't be interleaved with its other side in one process, or None."""
     if cfg.mode != "throughput":
         return "time-to-train runs are timed end to end: paired per repeat instead"
-    for c in (cfg, baseline_of(cfg, world)):
-        if c.parallel.pp > 1:  # its schedule's timeline and bubble are read per steady step, in one stream
-            return "pipeline schedules record their own per-step timeline: paired per repeat instead"
     return None  # no toggle on and no `against`: the baseline against itself, an A/A trial (harness calibrate)
 
 
@@ -145,6 +145,12 @@ class _Side:
         return loss_v, max(rank_step), max(rank_data), moe
 
 
+def _pipeline_clock(side: _Side):
+    """The side's pipeline event clock (harness/parallel/pipeline.Clock), or None without a pipeline."""
+    pipe = getattr(side.run.ts, "pipeline", None)
+    return None if pipe is None else pipe.clock
+
+
 class Interleaved:
     """Plugs into loop.train: `prepare` builds the baseline side in MLPerf's init phase, `steps`
     replaces the plain timed loop."""
@@ -179,7 +185,10 @@ class Interleaved:
             side.rng.load()
             times = []
             rewarm = block is not None and side.rewarm
+            clock = _pipeline_clock(side) if side is self.b and block is not None else None
             for i in range(n + rewarm):
+                if clock is not None:  # a re-warm step is not in the schedule's steady timeline
+                    clock.recording = not (rewarm and i == 0)
                 loss, step_s, data_s, moe = side.step(device)
                 if not math.isfinite(loss):
                     raise loop.Diverged(f"loss is {loss} at step {side.steps - 1} of the "
@@ -204,9 +213,15 @@ class Interleaved:
             return float(np.median(times))
 
         warmup = max(cfg.warmup_steps, 2)  # one step pays compile/first-touch; the next sets the block length
+        clocks = {side.name: _pipeline_clock(side) for side in (self.a, self.b)}
+        for clock in clocks.values():
+            if clock is not None:  # a pipeline's timeline is its steady steps' (harness/parallel/pipeline.report)
+                clock.recording = False
         for side in (self.b, self.a):
             times = [take(side, "warmup", 1) for _ in range(warmup)]
             side.block, side.rewarm = block_plan(float(np.median(times[1:])), cfg.block_s)
+        if clocks["B"] is not None:  # the baseline side's clock stays off: only the run's own schedule is reported
+            clocks["B"].recording, clocks["B"].first_steady = True, clocks["B"].step  # the clock's own step count
         self._timed_loaders(run, warmup)
         ratios, blocks = [], []
         ended = BUDGET
