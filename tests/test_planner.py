@@ -86,6 +86,22 @@ def test_data_parallel_split_is_proportional_to_speed_and_beats_uniform(ratio, t
     assert p["uniform"]["predicted"]["utilization"] < 0.9
 
 
+def test_the_uniform_pipeline_in_the_planned_order_is_priced_on_the_planned_ranks(tmp_path):
+    """pp_uniform(order=...): the even split on the plan's stage order (what an interleaved check
+    runs on the plan's ranks), priced as evaluate prices that split in that order."""
+    from results.planner import evaluate
+    from results.planner.pipeline_plan import pp_uniform
+    costs = {"slow": _linear("slow", 0.03), "fast": _linear("fast", 0.01)}
+    inv, links = _inv(("fast", 1, 1e12), ("slow", 1, 1e12)), LinkModel(FREE, tmp_path)
+    p = planner.plan(inv, costs, links, 8, "pp")
+    flipped = [k for k in reversed(p["uniform"]["stage_order"])]
+    u = pp_uniform(inv, costs, links, 8, p, order=flipped)
+    assert u["stage_order"] == flipped and u["pp_split"] == p["uniform"]["pp_split"] == [4, 4]
+    assert u["predicted"]["step_s"] == pytest.approx(evaluate.step_s({**p, "uniform": u}, inv, costs, links, "uniform"))
+    # the head sits on the last stage: the order changes the uniform split's step
+    assert u["predicted"]["step_s"] != pytest.approx(p["uniform"]["predicted"]["step_s"])
+
+
 def test_pipeline_split_gives_the_faster_device_more_blocks_and_respects_memory(tmp_path):
     costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
     links = LinkModel(FREE, tmp_path)

@@ -225,17 +225,19 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     return out
 
 
-def pp_uniform(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, plan: dict) -> dict:
+def pp_uniform(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int, plan: dict,
+               order: list[str] | None = None) -> dict:
     """The uniform split beside a pipeline plan: the same pipelines, microbatches and kinds in the
-    inventory's order, every stage the same number of blocks (recomputing where it must, or
-    marked as not fitting). Made for the plan a search keeps, not for every candidate."""
+    inventory's order (or `order`: the plan's own, so that both run on the same ranks), every
+    stage the same number of blocks (recomputing where it must, or marked as not fitting). Made
+    for the plan a search keeps, not for every candidate."""
     g, m, b, schedule = plan["replicas"], plan["microbatches"], plan["microbatch_size"], plan["schedule"]
     per = {d.kind: d.count // g for d in inv.devices}
     n, p = costs[inv.devices[0].kind].n_blocks, sum(per.values())
     memory = {d.kind: d.memory_bytes for d in inv.devices}
     q, r = divmod(n, p)
     even = [q + (1 if i < r else 0) for i in range(p)]
-    uniform_kinds = [d.kind for d in inv.devices for _ in range(per[d.kind])]
+    uniform_kinds = list(order) if order else [d.kind for d in inv.devices for _ in range(per[d.kind])]
     ust = stages_for(uniform_kinds, costs, memory, even, b, m, schedule)  # recomputing where it must
     fits = ust is not None
     if not fits:  # what it would take with memory to spare, marked as not fitting
