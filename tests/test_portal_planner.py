@@ -21,7 +21,8 @@ CHECK = {"workload": "lm/small", "measured_at": "2026-11-30T23:59:00Z", "checks"
      "uniform": {"predicted_step_s": 3.6, "measured_step_s": 3.5, "error": 3.6 / 3.5 - 1, "error_bracketed": 0.0,
                  "utilization_predicted": 0.66,
                  "utilization_measured": 0.7},
-     "planned_over_uniform_throughput": 3.5 / 2.6}]}
+     "planned_over_uniform_throughput": 3.5 / 2.6,
+     "interleaved": {"measured_speedup": 1.3, "ci95": [1.25, 1.36], "predicted_speedup": 1.44, "error": 1.44 / 1.3 - 1}}]}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,8 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert "-1.9% and +0.0% with the profiles before and after the runs" in at.text[0].value
     assert at.text[0].value.splitlines() == plan_report.check_verdicts(check)
     assert "dp 2x: planned [8, 4] vs uniform [6, 6]: 1.35x the throughput" in at.text[0].value
+    assert ("interleaved in one process group, planned/uniform 1.300x [1.250, 1.360] measured, 1.440x predicted "
+            "(+10.8%)") in at.text[0].value
     plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
     assert "SIMULATION from estimates" in at.markdown[0].value and "llama2-70b" in at.markdown[0].value
     per_kind = at.dataframe[2].value.set_index("device")  # the chosen strategy per kind: its group, its part
@@ -91,7 +94,9 @@ def test_planner_page_in_chromium(planner_store):
         # the numbers as text (the tables are a canvas grid): the verdicts above carry the check's,
         # the plan's heading its batch and devices
         assert "pp, lm/llama2-70b, global batch 6400, 1600 devices" in body
-        assert "1.35x the throughput; simulator error -3.8% (planned), +2.9% (uniform); utilization 0.950 measured" in body
+        assert ("1.35x the throughput; simulator error -3.8% (planned), +2.9% (uniform), -1.9% and +0.0% with the "
+                "profiles before and after the runs; utilization 0.950 measured") in body
+        assert "interleaved in one process group, planned/uniform 1.300x [1.250, 1.360] measured, 1.440x predicted" in body
         # Planner II: the strategies compared, why the chosen one wins, each kind alone, both utilizations
         plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
         assert f"Why this plan: {plan['why']}" in body

@@ -65,8 +65,18 @@ def check_verdicts(check: dict) -> list[str]:
                    + (f", {100 * p['error_bracketed']:+.1f}% and {100 * u['error_bracketed']:+.1f}% with the profiles "
                       f"before and after the runs" if "error_bracketed" in p and "error_bracketed" in u else "")
                    + "; utilization "
-                   f"{p['utilization_measured']:.3f} measured, {p['utilization_predicted']:.3f} predicted")
+                   f"{p['utilization_measured']:.3f} measured, {p['utilization_predicted']:.3f} predicted"
+                   + _interleaved(c.get("interleaved")))
     return out
+
+
+def _interleaved(i: dict | None) -> str:
+    """The drift-free figure: planned over uniform in one process group (harness/bench/planner.py)."""
+    if not i:
+        return ""
+    lo, hi = i["ci95"]
+    return (f"; interleaved in one process group, planned/uniform {i['measured_speedup']:.3f}x [{lo:.3f}, {hi:.3f}] "
+            f"measured, {i['predicted_speedup']:.3f}x predicted ({100 * i['error']:+.1f}%)")
 
 
 def per_kind_frame(plan: dict) -> pd.DataFrame:
