@@ -12,7 +12,9 @@ Two inventories of the same four ranks, LM small, 1 thread a rank, under mpiexec
   stage) against each kind's own 2-stage pipeline.
 
 Each homogeneous job is what `harness plan` chooses for that kind alone (its two devices, half
-the global batch) and is run as planned; the mixed job is run as planned. Each side in separate
+the global batch) and is run as planned; the mixed job is run as planned. The choice itself is
+checked drift-free: each kind's pair runs its data-parallel plan against its pipeline plan in one
+process group, alternating blocks, and the measured ratio is set beside the predicted one (`choice`). Each side in separate
 launches, `rounds` times, alternating; step = the harness's median steady step of the slowest
 rank. Links and profiles are measured on the four ranks as the jobs hold them; the profile again
 before every round, each measurement sampled to +-2% (harness profile --precision). The plans are
@@ -112,13 +114,22 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
                     meas = run_lm(env, tmp, data_dir, cpus, b, sets)["median_step_s"]
                     steps[shape].setdefault(name, []).append(meas)
                     paired[shape].setdefault(name, []).append((pred, meas))
+        # the strategy choice itself, drift-free: each kind's pair runs the data-parallel plan against
+        # the pipeline plan in one process group, alternating blocks (harness/run/interleave.py)
+        out["choice"] = {k: _choice(env, tmp, data_dir, kinds[k], jobs["dp"][k][0],
+                                    *(plan(env, tmp / f"inv-dp-{k}-r0.yaml", batch // 2, s) for s in ("dp", "pp")),
+                                    batch // 2, rounds) for k in kinds}
+        for k, c in out["choice"].items():
+            print(f"planner_seed choice {k}: chose {c['chosen']}; DP over PP {c['measured_dp_over_pp']:.3f}x "
+                  f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] measured, {c['predicted_dp_over_pp']:.3f}x predicted", flush=True)
         for shape in shapes:
             out["checks"][shape] = _check(jobs[shape], steps[shape], paired[shape], kinds, batch, memory[shape])
             c = out["checks"][shape]
             print(f"planner_seed {shape}: seed utilization {c['utilization_seed_measured']:.3f} measured, "
                   f"{c['utilization_seed_predicted'] or float('nan'):.3f} predicted; error {100 * c['error']:+.1f}% "
                   f"(paired by round), {100 * c['error_first_profile']:+.1f}% (first profile only)", flush=True)
-    out["targets"] = {"seed_utilization_at_least_0.95": all(c["utilization_seed_measured"] >= 0.95
+    out["targets"] = {"choice_agrees_with_the_interleaved_ratio": all(c["agrees"] for c in out["choice"].values()),
+                      "seed_utilization_at_least_0.95": all(c["utilization_seed_measured"] >= 0.95
                                                             for c in out["checks"].values()),
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
@@ -139,6 +150,27 @@ def _profiled(profiles: dict[str, Path]) -> dict:
                   "precise": f"{sum(r.get('ended_by') == 'precision' for r in rows)} of {len(rows)}",
                   "constraint": s.get("constraint"), "record": d.name}
     return out
+
+
+def _choice(env: dict, tmp: Path, data_dir: Path, cpu: float, chosen: dict, dp: dict, pp: dict, batch: int,
+            processes: int) -> dict:
+    """One kind's pair: its data-parallel plan (the configuration) against its pipeline plan (the
+    other side), interleaved in one process group. The planner's choice between them is right when
+    the measured speedup of DP over PP is on the side of 1 the predicted one is; `agrees` is False
+    only when the interval excludes 1 on the other side (a choice between plans the run cannot
+    tell apart is not wrong)."""
+    from harness.bench.planner_jobs import interleaved_lm
+    got = interleaved_lm(env, tmp, data_dir, [cpu, cpu], batch, processes, [
+        f"parallel.batch_split={','.join(map(str, dp['batch_split']))}",
+        f"against=parallel.batch_split=;parallel.pp=2;parallel.microbatches={pp['microbatches']};"
+        f"parallel.pp_split={','.join(map(str, pp['pp_split']))}", "budget_s=40"])
+    predicted = pp["predicted"]["step_s"] / dp["predicted"]["step_s"]
+    lo, hi = got["ci95"]
+    wrong = (predicted > 1 and hi < 1) or (predicted < 1 and lo > 1)
+    return {"chosen": _label(chosen), "dp": _label(dp), "pp": _label(pp),
+            "predicted_dp_over_pp": round(predicted, 4), "measured_dp_over_pp": round(got["speedup"], 4),
+            "ci95": [round(lo, 4), round(hi, 4)], "error": round(predicted / got["speedup"] - 1, 4),
+            "per_process": got["per_process"], "process_tau": got["process_tau"], "agrees": not wrong}
 
 
 def _paired_error(pairs: list[tuple[float, float]]) -> float:
