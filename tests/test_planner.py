@@ -102,6 +102,22 @@ def test_the_uniform_pipeline_in_the_planned_order_is_priced_on_the_planned_rank
     assert u["predicted"]["step_s"] != pytest.approx(p["uniform"]["predicted"]["step_s"])
 
 
+def test_a_plan_says_where_it_priced_beyond_the_profiled_microbatches(tmp_path):
+    """_linear's times are "profiled" at 1 and 8 samples: a data-parallel share of 40 is extrapolated
+    and the plan says so per kind; a pipeline of microbatch 1 is not; an estimate never is."""
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.02)}
+    inv, links = _inv(("fast", 1, 1e12), ("slow", 1, 1e12)), LinkModel(FREE, tmp_path)
+    dp = planner.plan(inv, costs, links, 60, "dp")
+    assert dp["batch_split"] == [40, 20]
+    assert dp["extrapolated"] == ["fast: microbatch 40 priced beyond the profiled 1-8 (extrapolated)",
+                                  "slow: microbatch 20 priced beyond the profiled 1-8 (extrapolated)"]
+    assert planner.plan(inv, costs, links, 12, "dp")["extrapolated"] == []  # 8 and 4: within 1-8
+    pp = planner.plan(inv, costs, links, 8, "pp")
+    assert pp["microbatch_size"] <= 8 and pp["extrapolated"] == []
+    est = layer_costs.from_shape("e", layer_costs.SHAPES["llama2-70b"], 1e15)
+    assert est.profiled_microbatches() is None
+
+
 def test_pipeline_split_gives_the_faster_device_more_blocks_and_respects_memory(tmp_path):
     costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
     links = LinkModel(FREE, tmp_path)

@@ -152,6 +152,8 @@ def _lines(p: dict) -> list[str]:
             out.append(f"    {c['plan']:<40} {1e3 * c['step_s']:9.1f} ms  {c['samples_per_s']:9.2f} samples/s{mem}")
     if p.get("why"):
         out.append(f"  why: {p['why']}")
+    for line in p.get("extrapolated", []):
+        out.append(f"  note: {line}; profile that size (harness profile --microbatches) to measure it")
     out.append(f"  links: {p['links']}")
     return out
 

@@ -118,6 +118,14 @@ class Costs:
             return _interp(self._times[kind]["bwd"], b)
         return 2 * self._flop[kind] * b / self._flop_s
 
+    def profiled_microbatches(self) -> tuple[int, int] | None:
+        """The smallest and largest microbatch the profile timed a block at (between them times are
+        interpolated, beyond them extrapolated: _interp); None for an estimate."""
+        if self._times is None:
+            return None
+        sizes = [b for b, _ in self._times["block"]["fwd"]]
+        return min(sizes), max(sizes)
+
     @property
     def recompute_measured(self) -> bool:
         return self._times is not None and "block_recompute" in self._times
