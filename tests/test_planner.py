@@ -283,6 +283,29 @@ def test_rank_cpu_quota_throttles_for_real_and_removes_its_group():
     assert not Path(out["group"]).exists()
 
 
+def test_a_group_left_by_a_killed_rank_is_swept_by_the_next_quota():
+    """A rank killed by a signal never runs release(): its empty group goes when the next rank
+    takes a quota; a live process's group stays."""
+    import signal
+    import subprocess
+    import sys
+
+    from harness.parallel import cpu_quota as rank_cpu
+    reason = rank_cpu.unavailable()
+    if reason:
+        pytest.skip(reason)
+    code = "import os, signal\nfrom harness.parallel import cpu_quota\nq = cpu_quota.Quota(0.5)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    left = rank_cpu.ROOT / f"harness-{proc.pid}"
+    assert left.exists()  # what the killed rank left
+    q = rank_cpu.Quota(1.0)
+    try:
+        assert not left.exists() and q.group.exists()
+    finally:
+        q.release()
+
+
 def test_bad_rank_cpu_is_one_line_exit_2(env):
     p = harness({**env, "HARNESS_RANK_CPU": "fast"}, "run", "lm", "--no-ingest", timeout=120)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr

@@ -60,12 +60,30 @@ def _own_group(root: Path) -> Path:
     return root
 
 
+def sweep_stale(root: Path = ROOT) -> list[str]:
+    """Remove the groups of ranks that died without release() (killed by a signal: a segfault
+    inside a gloo collective left two on 2026-12-04): a harness-<pid> group whose process is gone
+    and that holds no task. Returns the names removed."""
+    gone = []
+    for g in root.glob("harness-*"):
+        pid = g.name.removeprefix("harness-")
+        try:
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists() or (g / "tasks").read_text().strip():
+                continue
+            g.rmdir()
+            gone.append(g.name)
+        except OSError:  # another rank swept it first, or a task moved in: leave it
+            continue
+    return gone
+
+
 class Quota:
     """This process held to `cpus` CPUs in a group of its own, until release()."""
 
     def __init__(self, cpus: float, root: Path = ROOT):
         self.cpus, self.root = cpus, root
         self.home = _own_group(root)  # where the process was: it goes back there on release
+        sweep_stale(root)
         self.group = root / f"harness-{os.getpid()}"
         self.group.mkdir(exist_ok=True)
         (self.group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
