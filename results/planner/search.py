@@ -259,12 +259,21 @@ def beyond_profile(p: dict, costs: dict[str, Costs]) -> list[str]:
         return []
     out = []
     for k in dict.fromkeys(k for k, _ in used):
-        timed = costs[k].profiled_microbatches()
+        c = _costs_of(k, costs)
+        timed = c.profiled_microbatches() if c is not None else None
         beyond = sorted({b for kk, b in used if kk == k and timed and not timed[0] <= b <= timed[1]})
         if beyond:
             out.append(f"{k}: microbatch {', '.join(map(str, beyond))} priced beyond the profiled "
                        f"{timed[0]}-{timed[1]} (extrapolated)")
     return out
+
+
+def _costs_of(kind: str, costs: dict[str, Costs]) -> Costs | None:
+    """A kind's costs, or for a group's stage name ("H100 tp4", within_stage.py) its device kind's:
+    the group's times are derived from that kind's profile."""
+    if kind in costs:
+        return costs[kind]
+    return next((c for name, c in sorted(costs.items(), key=lambda kc: -len(kc[0])) if kind.startswith(name + " ")), None)
 
 
 TOP = 5  # candidates kept in a plan beside the best
