@@ -220,8 +220,8 @@ class Interleaved:
         for side in (self.b, self.a):
             times = [take(side, "warmup", 1) for _ in range(warmup)]
             side.block, side.rewarm = block_plan(float(np.median(times[1:])), cfg.block_s)
-        if clocks["B"] is not None:  # the baseline side's clock stays off: only the run's own schedule is reported
-            clocks["B"].recording, clocks["B"].first_steady = True, clocks["B"].step  # the clock's own step count
+        if clocks["B"] is not None:  # take() switches B's clock on per timed step; A's stays off
+            clocks["B"].first_steady = clocks["B"].step  # the clock's own step count
         self._timed_loaders(run, warmup)
         ratios, blocks = [], []
         ended = BUDGET
