@@ -10,8 +10,8 @@ along the sequence, their gradients reduce-scattered back (backward); the mask i
 the tokens' true positions, and the position embedding reads the same positions.
 
 torch.distributed.tensor.experimental.context_parallel does this on CUDA with the flash and
-efficient SDPA kernels only; on CPU (and with any kernel) this module's path is used: the
-functional collectives' autograd all-gather, whose backward is the reduce-scatter.
+efficient SDPA kernels only; on CPU (and with any kernel) this module's path is used: an
+all-gather whose backward is the reduce-scatter (`_GatherSeq`).
 
 The gradients are reduced over dp x cp together (the cp ranks of a replica hold the same
 parameters; torchtitan's dp_shard_cp): each rank's loss is the mean over its tokens, the
@@ -26,6 +26,33 @@ import contextlib
 
 import torch
 import torch.nn.functional as F
+
+
+class _GatherSeq(torch.autograd.Function):
+    """All-gather along dim 0 over `group` (the functional all_gather_tensor, waited: an op
+    selective recomputation can keep, harness/parallel/recompute.py); backward: the gradient's
+    reduce-scatter through c10d's synchronous reduce_scatter_tensor, each rank keeping its own
+    chunk's sum.
+
+    Why not torch's functional all_gather_single_autograd (used here before): on gloo, torch
+    2.13, its backward's functional reduce-scatter corrupted memory. Measured (2026-12-04, lm
+    tiny's cp2 block, 2 ranks, one held to 0.5 CPU, 3000 forward + backward passes a run): 2 of
+    3 runs died of SIGSEGV, in wait_tensor or later in unrelated code (`harness profile`: 1 of
+    4); with the c10d reduce-scatter 0 of 6 (3 of them with a c10d all-gather forward), outputs and gradients the same bit for bit.
+    torch.distributed.nn's _all_gather_base raises in backward on gloo."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, group) -> torch.Tensor:
+        from torch.distributed import _functional_collectives as funcol
+        ctx.group = group
+        return funcol.all_gather_tensor(t.contiguous(), 0, group).wait()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        import torch.distributed as td
+        out = grad.new_empty((grad.shape[0] // td.get_world_size(ctx.group), *grad.shape[1:]))
+        td.reduce_scatter_tensor(out, grad.contiguous(), group=ctx.group)
+        return out, None
 
 
 def chunk_positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
@@ -51,9 +78,8 @@ class ContextParallel:
 
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """(B, H, S/cp, D) -> (B, H, S, D), in the group's order; backward: reduce-scatter.
-        (The functional all-gather concatenates on dim 0 only: the sequence is moved there.)"""
-        from torch.distributed._functional_collectives import all_gather_single_autograd
-        full = all_gather_single_autograd(t.permute(2, 0, 1, 3).contiguous(), 0, self.group)
+        (The all-gather concatenates on dim 0 only: the sequence is moved there.)"""
+        full = _GatherSeq.apply(t.permute(2, 0, 1, 3).contiguous(), self.group)
         return full.permute(1, 2, 0, 3)
 
     def mask(self, dtype: torch.dtype) -> torch.Tensor:
