@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from harness.parallel import cpu_quota as rank_cpu
+from harness.planning import plan as plan_mod
 from results.planner import report as plan_report
 from results.record.paths import results_root
 from harness.bench.launch import other_side_median, run_harness
@@ -113,15 +114,14 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
                            for k, c in kinds.items()}
             dp = plan(env, inv, batch, "dp")
             pp = _uniform_on_planned_ranks(plan(env, inv, batch, "pp"), inv, batch, tmp)
-            dp_cpus = [kinds[k] for k in dp["devices"]]
-            pp_cpus = [kinds[k] for k in pp["stage_order"]]
+            dp_cpus = [kinds[k] for k in plan_mod.rank_kinds(dp)]
+            pp_cpus = [kinds[k] for k in plan_mod.rank_kinds(pp)]
             # each plan's split against its uniform one in the same processes, in alternating blocks
             # (harness/run/interleave.py), `rounds` launches
-            sides = {"dp": (dp_cpus, [f"parallel.batch_split={_joined(dp['batch_split'])}",
-                                      f"against=parallel.batch_split={_joined(dp['uniform']['batch_split'])}"]),
-                     "pp": (pp_cpus, ["parallel.pp=2", f"parallel.microbatches={pp['microbatches']}",
-                                      f"parallel.pp_split={_joined(pp['pp_split'])}",
-                                      f"against=parallel.pp_split={_joined(pp['uniform']['pp_split'])}"])}
+            sides = {"dp": (dp_cpus, [*plan_mod.overrides(dp), "against=parallel.batch_split="
+                                      + plan_mod.split_text(dp["uniform"]["batch_split"])]),
+                     "pp": (pp_cpus, [*plan_mod.overrides(pp), "against=parallel.pp_split="
+                                      + plan_mod.split_text(pp["uniform"]["pp_split"])])}
             measured, got = {}, {}
             for shape, (cpus, sets) in sides.items():
                 got[shape] = interleaved_lm(env, tmp, data_dir, cpus, batch, rounds, [*sets, "budget_s=40"])
@@ -166,10 +166,6 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
     d.mkdir(parents=True, exist_ok=True)
     (d / f"check-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(out, indent=1))
     return out
-
-
-def _joined(split: list[int]) -> str:
-    return ",".join(map(str, split))
 
 
 def _uniform_on_planned_ranks(made: dict, inv_path: Path, batch: int, links_root: Path) -> dict:

@@ -33,18 +33,14 @@ from pathlib import Path
 from harness.bench.launch import run_harness
 from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm
 from harness.parallel import cpu_quota as rank_cpu
+from harness.planning import plan as plan_mod
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
 
 
 def _runnable(p: dict, cpu: dict[str, float]) -> tuple[list[str], list[float]]:
     """A plan as the harness's --set overrides and each rank's CPU quota, in mesh order."""
-    if p["strategy"] == "dp":
-        return [f"parallel.batch_split={','.join(map(str, p['batch_split']))}"], [cpu[k] for k in p["devices"]]
-    ranks = len(p["devices"])  # the mesh is (pp, dp): rank r runs stage r // replicas
-    return ([f"parallel.pp={len(p['pp_split'])}", f"parallel.microbatches={p['microbatches']}",
-             f"parallel.pp_split={','.join(map(str, p['pp_split']))}"],
-            [cpu[p["stage_order"][r // p["replicas"]]] for r in range(ranks)])
+    return plan_mod.overrides(p), [cpu[k] for k in plan_mod.rank_kinds(p)]
 
 
 def _inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], memory_gb: float,
@@ -161,9 +157,8 @@ def _choice(env: dict, tmp: Path, data_dir: Path, cpu: float, chosen: dict, dp: 
     tell apart is not wrong)."""
     from harness.bench.planner_jobs import interleaved_lm
     got = interleaved_lm(env, tmp, data_dir, [cpu, cpu], batch, processes, [
-        f"parallel.batch_split={','.join(map(str, dp['batch_split']))}",
-        f"against=parallel.batch_split=;parallel.pp=2;parallel.microbatches={pp['microbatches']};"
-        f"parallel.pp_split={','.join(map(str, pp['pp_split']))}", "budget_s=40"])
+        *plan_mod.overrides(dp), f"against={';'.join(['parallel.batch_split=', *plan_mod.overrides(pp)])}",
+        "budget_s=40"])
     predicted = pp["predicted"]["step_s"] / dp["predicted"]["step_s"]
     lo, hi = got["ci95"]
     wrong = (predicted > 1 and hi < 1) or (predicted < 1 and lo > 1)

@@ -71,18 +71,35 @@ def _not_runnable(p: dict) -> str | None:
     return None
 
 
-def _cell(p: dict, workload: str, size: str, batch: int) -> str:
+def split_text(split: list[int]) -> str:
+    """A split as parallel.batch_split / pp_split take it: "8,4"."""
+    return ",".join(map(str, split))
+
+
+def overrides(p: dict) -> list[str]:
+    """A dp or pp plan as `--set` overrides: the parallel keys `harness plan --cell` writes."""
     if p["strategy"] == "dp":
-        par = (f'{{data: ddp, batch_split: "{",".join(map(str, p["batch_split"]))}"'
-               + (", recompute: full" if p.get("recompute") else "") + "}")
-        ranks, order = len(p["devices"]), p["devices"]
-    else:
-        split = ",".join(map(str, p["pp_split"]))
-        par = (f'{{pp: {len(p["pp_split"])}, pp_schedule: {p["schedule"]}, microbatches: {p["microbatches"]}, '
-               f'pp_split: "{split}"}}')
-        # the mesh is (pp, dp, ...): rank r runs stage r // replicas, so its device is that stage's kind
-        ranks = len(p["devices"])
-        order = [p["stage_order"][r // p.get("replicas", 1)] for r in range(ranks)]
+        return [f"parallel.batch_split={split_text(p['batch_split'])}"] + (
+            ["parallel.recompute=full"] if p.get("recompute") else [])
+    return [f"parallel.pp={len(p['pp_split'])}", f"parallel.pp_schedule={p['schedule']}",
+            f"parallel.microbatches={p['microbatches']}", f"parallel.pp_split={split_text(p['pp_split'])}"]
+
+
+def rank_kinds(p: dict) -> list[str]:
+    """Each rank's device kind, in mesh order: a dp plan's devices; in a pipeline the mesh is
+    (pp, dp, ...), so rank r runs stage r // replicas on that stage's kind."""
+    if p["strategy"] == "dp":
+        return list(p["devices"])
+    return [p["stage_order"][r // p.get("replicas", 1)] for r in range(len(p["devices"]))]
+
+
+def _cell(p: dict, workload: str, size: str, batch: int) -> str:
+    keys = [o.removeprefix("parallel.").split("=", 1) for o in overrides(p)]
+    # a split is quoted, so YAML reads "12" as the split's text, not a number
+    par = "{" + ", ".join([*(["data: ddp"] if p["strategy"] == "dp" else []),
+                           *(f'{k}: "{v}"' if k.endswith("_split") else f"{k}: {v}" for k, v in keys)]) + "}"
+    order = rank_kinds(p)
+    ranks = len(order)
     return (f"# written by `harness plan` at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: run it with\n"
             f"# `make parallel SWEEP_PARALLEL=<this file>`, each rank on its device: "
             f"{', '.join(f'rank {r}: {k}' for r, k in enumerate(order))}\n"

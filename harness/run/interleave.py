@@ -72,7 +72,7 @@ def block_plan(step_s: float, block_s: float) -> tuple[int, bool]:
     return max(1, math.ceil(block_s / max(step_s, 1e-6))), step_s < REWARM_BELOW_S
 
 
-def why_not(cfg: RunConfig, world: int) -> str | None:
+def why_not(cfg: RunConfig) -> str | None:
     """Why this configuration can't be interleaved with its other side in one process, or None."""
     if cfg.mode != "throughput":
         return "time-to-train runs are timed end to end: paired per repeat instead"

@@ -125,7 +125,7 @@ def _engine(cfg: RunConfig, workload, dist, rec):
     if not cfg.interleave:
         return None
     from harness.run import interleave
-    reason = interleave.why_not(cfg, dist.world)
+    reason = interleave.why_not(cfg)
     if reason:
         rec.info["ab_unavailable"] = reason
         return None
