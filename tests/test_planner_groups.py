@@ -103,6 +103,10 @@ def test_a_model_too_big_for_a_device_trains_data_parallel_over_tensor_parallel_
     assert p["predicted"]["step_s"] == pytest.approx(0.01 / 3 * 3 * 34.4, rel=0.01)
     plain = [c["step_s"] for c in p["candidates"] if c["plan"] == "pp 2 x (2 a stages)"]
     assert plain and p["predicted"]["step_s"] < plain[0]  # the plain shapes are still compared
+    # a group's share is priced from its device kind's profile (1-8 samples): 8 is inside it, 20 is not
+    assert p["extrapolated"] == []
+    wide = planner.plan(inv, costs, LinkModel(FREE, tmp_path), 40, "dp")
+    assert wide["extrapolated"] == ["a tp2: microbatch 20 priced beyond the profiled 1-8 (extrapolated)"]
 
 
 def test_node_sizes_only_add_choices_the_plan_is_never_slower(tmp_path):

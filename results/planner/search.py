@@ -252,28 +252,21 @@ def beyond_profile(p: dict, costs: dict[str, Costs]) -> list[str]:
     and on this CPU a block's time from 1 to 2 samples did not extend to 4 (2026-12-04: 0.080 and
     0.112 s a forward at 0.25 CPU, 0.257 s in the run at 4; the plan priced 27-36% fast)."""
     if p["strategy"] == "dp":
-        used = [(k, b) for k, b in zip(p["devices"], p["batch_split"]) if b > 0]
+        used = [(k, b) for k, b in zip(p.get("planned_as", p["devices"]), p["batch_split"]) if b > 0]
     elif p["strategy"] == "pp":
         used = [(k, p["microbatch_size"]) for k in p["stage_order"]]
     else:
         return []
     out = []
+    real = p.get("real_kind", {})  # a group's stage ("H100 tp4") is priced from its device kind's profile
     for k in dict.fromkeys(k for k, _ in used):
-        c = _costs_of(k, costs)
+        c = costs.get(real.get(k, k))
         timed = c.profiled_microbatches() if c is not None else None
         beyond = sorted({b for kk, b in used if kk == k and timed and not timed[0] <= b <= timed[1]})
         if beyond:
             out.append(f"{k}: microbatch {', '.join(map(str, beyond))} priced beyond the profiled "
                        f"{timed[0]}-{timed[1]} (extrapolated)")
     return out
-
-
-def _costs_of(kind: str, costs: dict[str, Costs]) -> Costs | None:
-    """A kind's costs, or for a group's stage name ("H100 tp4", within_stage.py) its device kind's:
-    the group's times are derived from that kind's profile."""
-    if kind in costs:
-        return costs[kind]
-    return next((c for name, c in sorted(costs.items(), key=lambda kc: -len(kc[0])) if kind.startswith(name + " ")), None)
 
 
 TOP = 5  # candidates kept in a plan beside the best
