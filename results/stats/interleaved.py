@@ -8,8 +8,9 @@ the reference-vs-ours step ratios of kernel comparators), each pair's ratio sees
 machine; the ABBA order cancels a linear drift inside the pairs as well.
 
 Per process: the pairs' ratios (baseline block's median step / the variant block's, > 1 = the
-variant is faster) summarised by results/stats/estimators.paired_ratio (median with its
-order-statistics 95% interval from 6 pairs). Sampling stops at the first pair after MIN_PAIRS
+variant is faster) summarised by results/stats/estimators.hodges_lehmann_ratio (from 6 pairs the
+Hodges-Lehmann estimate of the log ratio with its signed-rank 95% interval; t on the log ratios
+below). Sampling stops at the first pair after MIN_PAIRS
 where the interval's half-width is at most the target (criterion samples to a time, pyperf
 calibrates its loops; this samples to a precision), or when the time budget is spent.
 
@@ -33,7 +34,6 @@ from results.stats import estimators
 
 MIN_PAIRS = 10          # block pairs before the precision target may end sampling (>= MIN_ORDER_PAIRS)
 Z95 = 1.959963984540054
-METHOD = "interleaved blocks: median of pair ratios, order statistics"
 COMBINED = "interleaved, random effects over processes"
 
 
@@ -51,7 +51,7 @@ def half_width(lo: float, hi: float, ratio: float) -> float:
 
 def summarise(ratios: Sequence[float]) -> dict:
     """The pairs' ratios so far: ratio, ci_lo, ci_hi, method, half_width, pairs."""
-    s = estimators.paired_ratio(list(ratios), [1.0] * len(ratios))
+    s = estimators.hodges_lehmann_ratio(list(ratios))
     s["half_width"] = half_width(s["ci_lo"], s["ci_hi"], s["ratio"])
     s["pairs"] = len(ratios)
     return s
