@@ -31,8 +31,6 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
     from rich.console import Console
     from rich.table import Table
 
-    import sys
-
     from results.record import sweep_ids
 
     from results.analysis import calibration
