@@ -146,10 +146,10 @@ def paired_ratio(num: Sequence[float], den: Sequence[float], n_boot: int = N_BOO
 # with the Wilcoxon signed-rank interval (Hollander & Wolfe, Nonparametric Statistical Methods,
 # ch. 3): exact coverage >= 95% for any continuous distribution symmetric about its centre, which an
 # A/A pair's log ratio is (the ABBA order gives each side each position equally often). Why not the
-# median's order-statistics interval: it is the sign test's, 64% efficient on normal data, and on
-# this VM's interleaved records (2026-12-04, 6-26 pairs each) its half-widths were 10-35% wider than
-# this one's (+amp=bf16, 7 pairs: +-15.0% against +-12.8%; +channels_last, 23 pairs: +-7.8% against
-# +-6.0%); it stays robust to a pair hit by load (breakdown point 29%).
+# median's order-statistics interval: it is the sign test's, 64% efficient on normal data; re-read
+# on 23 of this VM's interleaved records (2026-12-04, 6-26 pairs each) this one was narrower in 19,
+# by 17% at the median, from 43% narrower to 13% wider (+amp=bf16, 7 pairs: +-15.0% against +-12.8%;
+# +channels_last, 23 pairs: +-7.8% against +-6.0%). It stays robust to a pair hit by load (breakdown point 29%).
 HODGES_LEHMANN = "Hodges-Lehmann, signed-rank"
 EXACT_RANKS_UP_TO = 200  # pairs; above, the signed-rank statistic's normal approximation
 
