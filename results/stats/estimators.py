@@ -148,7 +148,7 @@ def paired_ratio(num: Sequence[float], den: Sequence[float], n_boot: int = N_BOO
 # A/A pair's log ratio is (the ABBA order gives each side each position equally often). Why not the
 # median's order-statistics interval: it is the sign test's, 64% efficient on normal data; re-read
 # on 23 of this VM's interleaved records (2026-12-04, 6-26 pairs each) this one was narrower in 19,
-# by 17% at the median, from 43% narrower to 13% wider (+amp=bf16, 7 pairs: +-15.0% against +-12.8%;
+# by 17% at the median, from 43% narrower to 13% wider (+amp=bf16, 7 pairs: +-11.0% against +-9.1%;
 # +channels_last, 23 pairs: +-7.8% against +-6.0%). It stays robust to a pair hit by load
 # (breakdown point 29%).
 HODGES_LEHMANN = "Hodges-Lehmann, signed-rank"
