@@ -245,42 +245,6 @@ def test_plan_from_measured_profiles_writes_a_cell_that_names_the_split(tiny_pro
     assert p.returncode == 2 and "its profile is of lm/tiny, not lm/small" in p.stderr
 
 
-def test_written_cell_is_a_sweep_file_the_harness_runs(tmp_path):
-    from harness.experiments import sweep
-    plan = {"strategy": "pp", "devices": ["a", "b"], "stage_order": ["b", "a"], "pp_split": [4, 2],
-            "schedule": "1f1b", "microbatches": 4}
-    from harness.planning.plan import _cell
-    f = tmp_path / "cell.yaml"
-    f.write_text(_cell(plan, "lm", "small", 8))
-    (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if not c.is_baseline]
-    par = cell.config["parallel"]
-    assert (par["pp"], par["pp_split"], par["microbatches"], cell.config["ranks"]) == (2, "4,2", 4, 2)
-    assert "rank 0: b, rank 1: a" in f.read_text()
-    # two replicas of a two-stage pipeline on four ranks: the mesh is (pp, dp), so ranks 0-1 run stage 0
-    plan = {**plan, "devices": ["a", "a", "b", "b"], "replicas": 2}
-    f.write_text(_cell(plan, "lm", "small", 8))
-    (cell,) = [c for c in sweep.plan_cells(sweep.load(f), "cpu", 1) if not c.is_baseline]
-    assert (cell.config["parallel"]["pp"], cell.config["ranks"]) == (2, 4)
-    assert "rank 0: b, rank 1: b, rank 2: a, rank 3: a" in f.read_text()
-
-
-def test_a_plan_as_overrides_is_the_cell_the_planner_checks_run():
-    """planner and planner_seed run plans through plan.overrides / rank_kinds: the same parallel
-    settings and rank order `harness plan --cell` writes."""
-    from harness.config.run_config import RunConfig
-    from harness.planning.plan import overrides, rank_kinds
-    pp = {"strategy": "pp", "devices": ["a", "a", "b", "b"], "stage_order": ["b", "a"], "pp_split": [4, 2],
-          "schedule": "gpipe", "microbatches": 6, "replicas": 2}
-    par = RunConfig(workload="lm", size="small").with_overrides(overrides(pp)).parallel
-    assert (par.pp, par.pp_split, par.microbatches, par.pp_schedule) == (2, "4,2", 6, "gpipe")
-    assert rank_kinds(pp) == ["b", "b", "a", "a"]
-    dp = {"strategy": "dp", "devices": ["b", "a"], "batch_split": [8, 4], "recompute": ["a", "b"]}
-    par = RunConfig(workload="lm", size="small", batch_size=12).with_overrides(overrides(dp)).parallel
-    assert (par.batch_split, par.recompute) == ("8,4", "full")
-    assert rank_kinds(dp) == ["b", "a"]
-    assert overrides({**dp, "recompute": []}) == ["parallel.batch_split=8,4"]
-
-
 def test_rank_cpu_quota_throttles_for_real_and_removes_its_group():
     import subprocess
     import sys
