@@ -38,8 +38,9 @@ class _GatherSeq(torch.autograd.Function):
     2.13, its backward's functional reduce-scatter corrupted memory. Measured (2026-12-04, lm
     tiny's cp2 block, 2 ranks, one held to 0.5 CPU, 3000 forward + backward passes a run): 2 of
     3 runs died of SIGSEGV, in wait_tensor or later in unrelated code (`harness profile`: 1 of
-    4); with the c10d reduce-scatter 0 of 6 (3 of them with a c10d all-gather forward), outputs and gradients the same bit for bit.
-    torch.distributed.nn's _all_gather_base raises in backward on gloo."""
+    4); with the c10d reduce-scatter 0 of 6 (3 of them with a c10d all-gather forward), the
+    outputs and gradients the same bit for bit. torch.distributed.nn's _all_gather_base raises
+    in backward on gloo."""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor, group) -> torch.Tensor:

@@ -43,8 +43,9 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
     df = df[df.get("sweep", pd.Series(dtype=str)) == sweep] if not df.empty else df
     table = speedup_table(df)
     t = Table(title=f"sweep {sweep}: speedup = median(baseline step) / median(config step), 95% bootstrap CI; "
-                    "paired = what ran together: (i xP) = interleaved blocks in one process (Hodges-Lehmann with its "
-                    "signed-rank CI), n block pairs over P processes (random effects); else the ratio within each repeat, median with its "
+                    "paired = what ran together: (i xP) = interleaved blocks in one process (Hodges-Lehmann "
+                    "with its signed-rank CI), n block pairs over P processes (random effects); else the ratio "
+                    "within each repeat, median with its "
                     f"order-statistics CI from {stats.MIN_ORDER_PAIRS} pairs, (t) = Student's t on the log ratios below")
     for col in ("workload", "size", "device", "config", "runs", "status", "median step (ms)",
                 "speedup [95% CI]", "paired [95% CI] n=pairs", "verdict / reason", "stability"):

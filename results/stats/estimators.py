@@ -162,8 +162,9 @@ def signed_rank_k(n: int, level: float = CI) -> int:
     0 when n is too small for one (n <= 5 at 95%)."""
     alpha = (1 - level) / 2
     if n > EXACT_RANKS_UP_TO:
+        from scipy.special import ndtri  # the normal quantile (scipy.special: see median_interval_ranks)
         mean, sd = n * (n + 1) / 4, np.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-        return max(0, int(np.floor(mean - 1.959963984540054 * sd + 0.5)))  # continuity-corrected
+        return max(0, int(np.floor(mean + float(ndtri(alpha)) * sd + 0.5)))  # continuity-corrected
     p = np.zeros(n * (n + 1) // 2 + 1)
     p[0] = 1.0
     for r in range(1, n + 1):  # rank r in or out of T+ with probability 1/2 each
