@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from results.stats import estimators as stats
 
@@ -184,3 +186,16 @@ def test_interleaved_pairs_get_the_hodges_lehmann_estimate_with_its_signed_rank_
         h, o = stats.hodges_lehmann_ratio(r), stats.paired_ratio(r, np.ones(12))
         widths.append(np.log(h["ci_hi"] / h["ci_lo"]) / np.log(o["ci_hi"] / o["ci_lo"]))
     assert np.mean(widths) < 0.9
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.05, 20.0), min_size=6, max_size=60), st.floats(0.1, 10.0))
+def test_hodges_lehmann_holds_its_estimate_and_scales_with_the_ratios(ratios, scale):
+    """Any positive ratios from 6 pairs: the estimate lies inside its interval, and multiplying every
+    ratio by a constant multiplies the estimate and both bounds by it (it works on log ratios)."""
+    a = stats.hodges_lehmann_ratio(ratios)
+    b = stats.hodges_lehmann_ratio([r * scale for r in ratios])
+    assert a["method"] == stats.HODGES_LEHMANN
+    assert a["ci_lo"] <= a["ratio"] <= a["ci_hi"]
+    assert (b["ratio"], b["ci_lo"], b["ci_hi"]) == pytest.approx((a["ratio"] * scale, a["ci_lo"] * scale,
+                                                                   a["ci_hi"] * scale), rel=1e-9)
