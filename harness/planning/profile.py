@@ -79,8 +79,8 @@ def _stop(totals: list[float], started: float, repeats: int, cell_s: float, prec
           budget_s: float) -> str | None:
     """Why a cell's sampling ends now, or None to go on. Never before `repeats` timed passes and
     cell_s seconds (ranks profiled together stay busy together); then, with a precision target,
-    when the distribution-free 95% interval of the median pass (order statistics, as the run
-    engine's: results/stats/estimators.py) is within +-precision of it, or when budget_s has gone
+    when the distribution-free 95% interval of the median pass (order statistics:
+    results/stats/estimators.median_interval) is within +-precision of it, or when budget_s has gone
     by. Two profiles of the same four ranks twenty minutes apart once predicted the same plan 17%
     apart with 3 passes a cell: the profile's own spread, not the model's, bounded the planner."""
     elapsed = now() - started
