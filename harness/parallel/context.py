@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as td
 import torch.nn.functional as F
+from torch.distributed import _functional_collectives as funcol
 
 
 class _GatherSeq(torch.autograd.Function):
@@ -44,13 +46,11 @@ class _GatherSeq(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, t: torch.Tensor, group) -> torch.Tensor:
-        from torch.distributed import _functional_collectives as funcol
         ctx.group = group
         return funcol.all_gather_tensor(t.contiguous(), 0, group).wait()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        import torch.distributed as td
         out = grad.new_empty((grad.shape[0] // td.get_world_size(ctx.group), *grad.shape[1:]))
         td.reduce_scatter_tensor(out, grad.contiguous(), group=ctx.group)
         return out, None

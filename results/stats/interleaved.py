@@ -26,6 +26,7 @@ the whole rule calls a difference where there is none.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from results.stats import estimators
 
 MIN_PAIRS = 10          # block pairs before the precision target may end sampling (>= MIN_ORDER_PAIRS)
-Z95 = 1.959963984540054
+Z95 = NormalDist().inv_cdf(0.975)  # the two-sided 95% normal quantile, 1.95996
 COMBINED = "interleaved, random effects over processes"
 
 
