@@ -263,10 +263,12 @@ def test_a_two_rank_profile_times_the_real_tp2_and_cp2_groups_against_their_memb
             assert [r["microbatch"] for r in rows] == [1, 4]
             for r in rows:
                 assert len(r["extra_samples_s"]) == r["rounds"] >= in_step.MIN_ROUNDS and r["in_step_s"] >= 0
-                # sampled to the profile's +-2% of the group's pass, or 3x its 1 s budget of passes
-                assert r["ended_by"] in ("precision", "budget")
-                assert r["ended_by"] == "budget" or r["half_width"] <= 0.02
-                assert r["ended_by"] == "precision" or r["sampled_s"] >= 3 * 1.0
+                # sampled to the profile's +-2% of the group's pass, or 3x its 1 s budget of passes, or
+                # (tiny's passes are ms: 400 rounds may come first, CI 2026-12-04) the rounds cap
+                assert r["ended_by"] in ("precision", "budget", "rounds cap")
+                assert r["ended_by"] != "precision" or r["half_width"] <= 0.02
+                assert r["ended_by"] != "budget" or r["sampled_s"] >= 3 * 1.0
+                assert r["ended_by"] != "rounds cap" or (r["rounds"] == in_step.MAX_ROUNDS and r["sampled_s"] < 3 * 1.0)
                 # at tiny, a group's collectives (4 all-reduces; 2 all-gathers and their reduce-scatters)
                 # outweigh a member's small matmuls
                 assert r["group_s"] > r["member_s"] > 0
