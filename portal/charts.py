@@ -14,7 +14,8 @@ from results.stats.interleaved import COMBINED
 VERDICT_COLORS = {"faster": "#2e7d32", "slower": "#c62828", "within noise": "#9e9e9e", "baseline": "#1565c0"}
 
 
-VERDICT_NAMES = {"faster": "faster (CI above 1)", "slower": "slower (CI below 1)",
+# "or in every process": results/stats/interleaved.direction, where the combined interval holds 1
+VERDICT_NAMES = {"faster": "faster (CI above 1, or in every process)", "slower": "slower (CI below 1, or in every process)",
                  "within noise": "within noise (CI spans 1)", "baseline": "baseline (the reference)"}
 
 

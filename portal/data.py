@@ -263,6 +263,11 @@ def latest_calibration_runs(table: pd.DataFrame) -> pd.DataFrame:
     return sweep_runs(tracking_uri(), (sweep,)) if sweep else pd.DataFrame()
 
 
+def verdict_text(row) -> str:
+    """A configuration's verdict as the sweep summary prints it (results/analysis/speedups)."""
+    return report.verdict_text(row)
+
+
 def verdict_figures(t: pd.DataFrame) -> pd.DataFrame:
     """Each configuration's point and interval: the figure its verdict is on (results/analysis/speedups)."""
     return report.verdict_figures(t)

@@ -27,7 +27,8 @@ st.caption("speedup = median(baseline step time) / median(configuration step tim
            "(i ×P: both sides in one process, alternating blocks of steps, P processes combined), else paired by "
            "repeat, else the pooled bootstrap over runs and steps; the verdict in the table is on the same figure: "
            "the paired one where there is one, else the pooled one. \"faster\" or \"slower\" needs an interval "
-           "that excludes 1 and a change of at least 3%. Small dots are single repeats. "
+           "that excludes 1 and a change of at least 3%; \"faster in every process\" means each process's own "
+           "interval said so while their sizes differ (the combined interval holds 1: the size is uncertain). Small dots are single repeats. "
            "Failed, unsupported and fail_accuracy configurations have no point; their reasons are listed below. "
            "Stability: 'disturbed' names why a configuration's numbers can't be trusted (other processes above "
            "10% of the CPUs, steal above 5%, repeat medians more than 1.10x apart, or an interleaved speedup that "
@@ -50,7 +51,7 @@ for (wl, size, device), t in table.groupby(["workload", "size", "device"]):
                              for r in zip(t["speedup"], t["ci_lo"], t["ci_hi"], t["verdict"])],
         "paired [95% CI]": [charts.paired_label(*r) for r in zip(t["paired_speedup"], t["paired_lo"], t["paired_hi"],
                                                                  t["pairs"], t["paired_method"], t["processes"])],
-        "verdict": t["verdict"].fillna("-"), "median step (ms)": t["median_step_ms"].round(1),
+        "verdict": [data.verdict_text(r) or "-" for _, r in t.iterrows()], "median step (ms)": t["median_step_ms"].round(1),
         "baseline median step (ms)": round(float(base_ms.iloc[0]), 1) if len(base_ms) and base_ms.notna().all() else None,
         "runs": t["runs"], "status": t["status"],
         "stability": t["stability"].fillna("-") if "stability" in t else "-"})

@@ -5,7 +5,8 @@
 Every trial's interval that excludes 1 is a false positive of the rule "faster/slower when the
 95% interval excludes 1" on this machine; at a valid 95% interval the rate is at most 5%. Trials
 are also combined two by two (in repeat order) as a sweep with two repeats combines its processes
-(results/stats/interleaved.combine), the rule the demo's verdicts use.
+(results/stats/interleaved.combine, and interleaved.direction where every process called it the
+same way on its own), the rule the demo's verdicts use.
 
 Read from the run frame (records or the store), so the sweep summary and the portal show the
 same, latest calibration.
@@ -39,13 +40,15 @@ def latest(df: pd.DataFrame) -> dict | None:
     g = g.sort_values("repeat") if "repeat" in g else g
     est = list(zip(g["ab_ratio"].astype(float), g["ab_lo"].astype(float), g["ab_hi"].astype(float)))
     called = [estimators.verdict(lo, hi, r) != "within noise" for r, lo, hi in est]
-    twos = [interleaved.combine(est[i:i + 2]) for i in range(0, len(est) - 1, 2)]
-    twos = [c for c in twos if c is not None]
-    called2 = [estimators.verdict(c["ci_lo"], c["ci_hi"], c["ratio"]) != "within noise" for c in twos]
+    pairs = [(i, interleaved.combine(est[i:i + 2])) for i in range(0, len(est) - 1, 2)]
+    pairs = [(i, c) for i, c in pairs if c is not None]
+    # the demo's rule on two processes: their combined interval, or the direction both called alone
+    called2 = [estimators.verdict(c["ci_lo"], c["ci_hi"], c["ratio"]) != "within noise"
+               or interleaved.direction(est[i:i + 2]) is not None for i, c in pairs]
     hw = [interleaved.half_width(lo, hi, r) for r, lo, hi in est]
     return {"sweep": sweep, "workload": f"{g['workload'].iloc[0]}/{g['size'].iloc[0]}",
             "trials": len(est), "false_positives": int(sum(called)), "rate": float(np.mean(called)),
-            "pairs_of_two": len(twos), "pair_false_positives": int(sum(called2)),
+            "pairs_of_two": len(pairs), "pair_false_positives": int(sum(called2)),
             "median_half_width": float(np.median(hw)),
             "precision_reached": int(g.get("ab_precision_reached", pd.Series(0, index=g.index)).fillna(0).sum()),
             "ratios": [round(r, 4) for r, _, _ in est]}

@@ -15,6 +15,7 @@ from results.record.labels import config_label
 from results.stats import stability
 from results.stats import estimators as stats
 from results.stats.paired import Runs
+from results.stats.interleaved import EVERY_PROCESS
 from results.record.comm import COLLECTIVES
 from results.store.frames import step_samples
 from results.record.toggles import NAMES
@@ -170,13 +171,17 @@ def speedup_table(df: pd.DataFrame, n_boot: int = stats.N_BOOT) -> pd.DataFrame:
     table = pd.DataFrame(out)
     for col in SPEEDUP_FIGURES:  # present even when no configuration finished (an all-failed sweep)
         if col not in table:
-            table[col] = float("nan") if col not in ("verdict", "paired_method", "verdict_on") else None
+            table[col] = float("nan") if col not in TEXT_FIGURES else None
     return table
 
 
 SPEEDUP_FIGURES = ("median_step_ms", "speedup", "ci_lo", "ci_hi", "verdict", "verdict_on",
-                   "paired_speedup", "paired_lo", "paired_hi", "pairs", "paired_method", "processes", "process_tau")
+                   "paired_speedup", "paired_lo", "paired_hi", "pairs", "paired_method", "processes", "process_tau",
+                   "process_direction")
+TEXT_FIGURES = ("verdict", "paired_method", "verdict_on", "process_direction")
 VERDICT_ON = {"interleaved": "in-process interleaved blocks, combined over processes",
+              EVERY_PROCESS: "each process's own interleaved interval called it the same way (their sizes differ, "
+                             "so the combined interval holds 1: the size is uncertain, the direction is not)",
               "paired": "separate processes paired by repeat",
               "pooled": "pooled medians (one run a side: no pairs)"}
 
@@ -184,7 +189,9 @@ VERDICT_ON = {"interleaved": "in-process interleaved blocks, combined over proce
 def _verdict(row: dict, config: str) -> dict:
     """The verdict on the best interval the configuration has: the interleaved one (both sides in
     one process), else the per-repeat paired one (2+ pairs: valid at its count), else the pooled
-    bootstrap. Which one is named in `verdict_on`."""
+    bootstrap. Which one is named in `verdict_on`. Where the interleaved interval holds 1 but every
+    process called the same direction on its own (results/stats/interleaved.direction), the verdict
+    is that direction, on EVERY_PROCESS."""
     if config == "baseline":
         return {"verdict": "baseline"} if "speedup" in row else {}
     for on, mid, lo, hi in (("interleaved", "paired_speedup", "paired_lo", "paired_hi"),
@@ -193,8 +200,20 @@ def _verdict(row: dict, config: str) -> dict:
             continue
         lo_v, hi_v = row.get(lo), row.get(hi)
         if lo_v is not None and hi_v is not None and np.isfinite(lo_v) and np.isfinite(hi_v):
-            return {"verdict": stats.verdict(lo_v, hi_v, row[mid]), "verdict_on": on}
+            v = stats.verdict(lo_v, hi_v, row[mid])
+            if on == "interleaved" and v == "within noise" and row.get("process_direction"):
+                return {"verdict": row["process_direction"], "verdict_on": EVERY_PROCESS}
+            return {"verdict": v, "verdict_on": on}
     return {}
+
+
+def verdict_text(row) -> str:
+    """The verdict as the summary and Overview print it: 'faster in every process' where only the
+    direction was called (EVERY_PROCESS), else the verdict itself ('' without one)."""
+    v = row.get("verdict")
+    if not isinstance(v, str):
+        return ""
+    return f"{v} in every process" if row.get("verdict_on") == EVERY_PROCESS else v
 
 
 def repeat_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -348,7 +367,7 @@ def fmt_interval(v, lo, hi) -> str:
 def verdict_figure(row) -> tuple[float, float, float]:
     """(speedup, ci_lo, ci_hi) of the figure a speedup_table row's verdict is on: the paired one
     (interleaved or by repeat) where `verdict_on` says so, else the pooled one."""
-    cols = ("paired_speedup", "paired_lo", "paired_hi") if row.get("verdict_on") in ("interleaved", "paired") \
+    cols = ("paired_speedup", "paired_lo", "paired_hi") if row.get("verdict_on") in ("interleaved", "paired", EVERY_PROCESS) \
         else ("speedup", "ci_lo", "ci_hi")
     return tuple(float(row[c]) for c in cols)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from results.analysis.speedups import (VERDICT_ON, _labelled_groups, attribution_table, fmt_interval,
-                                       geomean_table, parallel_table, records_frame, skipped, speedup_table)
+                                       geomean_table, parallel_table, records_frame, skipped, speedup_table,
+                                       verdict_text)
 from results.record import schema
 from results.record.comm import COLLECTIVES
 from results.stats import estimators as stats
@@ -54,7 +55,7 @@ def print_sweep_summary(runs_root: Path, sweep: str) -> pd.DataFrame:
         sp = fmt_interval(r.get("speedup"), r.get("ci_lo"), r.get("ci_hi"))
         pair_txt = fmt_interval(r.get("paired_speedup"), r.get("paired_lo"), r.get("paired_hi"))
         ms = "" if pd.isna(r.get("median_step_ms")) else f"{r['median_step_ms']:.1f}"
-        note = r.get("verdict") if isinstance(r.get("verdict"), str) else ""
+        note = verdict_text(r)
         t.add_row(r["workload"], r["size"], r["device"], r["config"], str(r["runs"]), r["status"], ms, sp,
                   pair_txt and f"{pair_txt} n={int(r['pairs'])}" + _method_tag(r), note or r.get("reason", ""),
                   r.get("stability") if isinstance(r.get("stability"), str) else "")

@@ -22,6 +22,10 @@ between-process variance tau^2. When the processes agree (tau^2 = 0) that is the
 process effect. With 2 or 3 processes tau^2 is a rough estimate (the interval is then an
 approximation, not exact): the A/A calibration (`python -m harness calibrate`) measures how often
 the whole rule calls a difference where there is none.
+
+When processes disagree on the size but each one's own interval calls the same direction, the
+random-effects interval may still hold 1; `direction` then says which way every process went
+(an intersection-union test, below), and the verdict is on that (results/analysis/speedups).
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from results.stats import estimators
 MIN_PAIRS = 10          # block pairs before the precision target may end sampling (>= MIN_ORDER_PAIRS)
 Z95 = NormalDist().inv_cdf(0.975)  # the two-sided 95% normal quantile, 1.95996
 COMBINED = "interleaved, random effects over processes"
+EVERY_PROCESS = "every process"  # the basis of a verdict called by `direction`
 
 
 def abba_first(pair: int) -> str:
@@ -91,3 +96,22 @@ def combine(estimates: Sequence[tuple[float, float, float]]) -> dict | None:
     half = Z95 * math.sqrt(1 / float(wr.sum()))
     return {"ratio": math.exp(mid), "ci_lo": math.exp(mid - half), "ci_hi": math.exp(mid + half),
             "method": COMBINED, "processes": k, "tau": math.sqrt(tau2), "process_effect": tau2 > 0}
+
+
+def direction(estimates: Sequence[tuple[float, float, float]]) -> str | None:
+    """'faster' or 'slower' when 2+ processes each called it so on its own (ratio, ci_lo, ci_hi)
+    (estimators.verdict: the interval excludes 1 and the change is at least its noise threshold),
+    else None; None as well when any process has no finite interval (every process must have spoken).
+
+    Why: on an EPYC with bf16 units (2026-12-04) +amp=bf16's processes landed at 1.03-1.08x or at
+    1.25-1.34x, each to +-2-5%. Two processes in different modes gave a random-effects interval
+    [0.996, 1.338], "within noise", though each process had called it faster; two demos later,
+    both processes in the high mode, "faster". The random-effects interval answers how large the
+    effect is across processes; this answers which way it went in every process measured. It is an
+    intersection-union test (Berger 1982): each process's two-sided 95% interval, so with no effect
+    all k processes call the same direction with probability 2 x 0.025^k at most (0.125% at k = 2);
+    the A/A calibration counts it with the rest of the rule."""
+    if len(estimates) < 2 or not all(all(map(math.isfinite, e)) and 0 < e[1] <= e[0] <= e[2] for e in estimates):
+        return None
+    calls = {estimators.verdict(lo, hi, r) for r, lo, hi in estimates}
+    return calls.pop() if len(calls) == 1 and calls <= {"faster", "slower"} else None

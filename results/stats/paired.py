@@ -42,8 +42,9 @@ def paired_speedup(base: Runs, config: Runs, n_boot: int = stats.N_BOOT) -> dict
 def interleaved_speedup(rows) -> dict | None:
     """The in-process interleaved estimates of a configuration's finished runs (one per process:
     ab_ratio [ab_lo, ab_hi] over ab_pairs block pairs, harness/run/interleave.py), combined over
-    the processes by results/stats/interleaved.combine; None when no run was interleaved. Fills
-    the paired columns, since both are ratios of what ran together."""
+    the processes by results/stats/interleaved.combine, and the direction every process called on
+    its own (interleaved.direction, or None); None when no run was interleaved. Fills the paired
+    columns, since both are ratios of what ran together."""
     from results.stats import interleaved
     if "ab_ratio" not in rows:
         return None
@@ -52,10 +53,11 @@ def interleaved_speedup(rows) -> dict | None:
         return None
     lo = got["ab_lo"] if "ab_lo" in got else np.nan
     hi = got["ab_hi"] if "ab_hi" in got else np.nan
-    c = interleaved.combine(list(zip(got["ab_ratio"].astype(float), np.asarray(lo, dtype=float),
-                                     np.asarray(hi, dtype=float))))
+    est = list(zip(got["ab_ratio"].astype(float), np.broadcast_to(np.asarray(lo, dtype=float), len(got)),
+                   np.broadcast_to(np.asarray(hi, dtype=float), len(got))))
+    c = interleaved.combine(est)
     if c is None:
         return None
     return {"paired_speedup": c["ratio"], "paired_lo": c["ci_lo"], "paired_hi": c["ci_hi"],
             "pairs": int(got["ab_pairs"].sum()) if "ab_pairs" in got else 0, "paired_method": c["method"],
-            "processes": c["processes"], "process_tau": c["tau"]}
+            "processes": c["processes"], "process_tau": c["tau"], "process_direction": interleaved.direction(est)}
