@@ -86,6 +86,9 @@ def test_processes_apart_in_size_but_one_in_direction_get_that_direction_as_verd
     assert speedups.verdict_text({**got, **v}) == "faster in every process"
     assert speedups.verdict_figure({**got, **v}) == (got["paired_speedup"], got["paired_lo"], got["paired_hi"])
     assert interleaved.direction([(0.93, 0.90, 0.96), (0.80, 0.77, 0.83)]) == "slower"
+    assert interleaved.verdict([(1.07, 1.04, 1.10), (1.30, 1.26, 1.34)]) == ("faster", interleaved.EVERY_PROCESS)
+    assert interleaved.verdict([(1.28, 1.25, 1.31), (1.30, 1.26, 1.34)]) == ("faster", "interleaved")
+    assert interleaved.verdict([(1.1, math.nan, math.nan)]) is None
     # no direction: one process within noise, two opposite ways, one without an interval, or one process
     assert interleaved.direction([(1.07, 1.04, 1.10), (1.02, 0.99, 1.05)]) is None
     assert interleaved.direction([(0.93, 0.90, 0.96), (1.30, 1.26, 1.34)]) is None

@@ -40,11 +40,9 @@ def latest(df: pd.DataFrame) -> dict | None:
     g = g.sort_values("repeat") if "repeat" in g else g
     est = list(zip(g["ab_ratio"].astype(float), g["ab_lo"].astype(float), g["ab_hi"].astype(float)))
     called = [estimators.verdict(lo, hi, r) != "within noise" for r, lo, hi in est]
-    pairs = [(i, interleaved.combine(est[i:i + 2])) for i in range(0, len(est) - 1, 2)]
-    pairs = [(i, c) for i, c in pairs if c is not None]
-    # the demo's rule on two processes: their combined interval, or the direction both called alone
-    called2 = [estimators.verdict(c["ci_lo"], c["ci_hi"], c["ratio"]) != "within noise"
-               or interleaved.direction(est[i:i + 2]) is not None for i, c in pairs]
+    # the demo's rule on two processes (their combined interval, or the direction both called alone)
+    pairs = [v for v in (interleaved.verdict(est[i:i + 2]) for i in range(0, len(est) - 1, 2)) if v is not None]
+    called2 = [v != "within noise" for v, _ in pairs]
     hw = [interleaved.half_width(lo, hi, r) for r, lo, hi in est]
     return {"sweep": sweep, "workload": f"{g['workload'].iloc[0]}/{g['size'].iloc[0]}",
             "trials": len(est), "false_positives": int(sum(called)), "rate": float(np.mean(called)),

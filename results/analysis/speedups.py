@@ -200,10 +200,9 @@ def _verdict(row: dict, config: str) -> dict:
             continue
         lo_v, hi_v = row.get(lo), row.get(hi)
         if lo_v is not None and hi_v is not None and np.isfinite(lo_v) and np.isfinite(hi_v):
-            v = stats.verdict(lo_v, hi_v, row[mid])
-            if on == "interleaved" and v == "within noise" and row.get("process_direction"):
+            if on == "interleaved" and row.get("process_direction"):  # set where interleaved.verdict says so
                 return {"verdict": row["process_direction"], "verdict_on": EVERY_PROCESS}
-            return {"verdict": v, "verdict_on": on}
+            return {"verdict": stats.verdict(lo_v, hi_v, row[mid]), "verdict_on": on}
     return {}
 
 

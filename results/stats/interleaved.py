@@ -115,3 +115,16 @@ def direction(estimates: Sequence[tuple[float, float, float]]) -> str | None:
         return None
     calls = {estimators.verdict(lo, hi, r) for r, lo, hi in estimates}
     return calls.pop() if len(calls) == 1 and calls <= {"faster", "slower"} else None
+
+
+def verdict(estimates: Sequence[tuple[float, float, float]]) -> tuple[str, str] | None:
+    """The verdict over processes and its basis, the one rule the sweep's rows (results/analysis/
+    speedups) and the A/A calibration's two-process figure use: the random-effects interval's
+    ("interleaved"), or where that holds 1, the direction every process called (EVERY_PROCESS).
+    None when no process has an interval to combine."""
+    c = combine(estimates)
+    if c is None:
+        return None
+    v = estimators.verdict(c["ci_lo"], c["ci_hi"], c["ratio"])
+    d = direction(estimates) if v == "within noise" else None
+    return (d, EVERY_PROCESS) if d else (v, "interleaved")

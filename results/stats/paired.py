@@ -42,8 +42,9 @@ def paired_speedup(base: Runs, config: Runs, n_boot: int = stats.N_BOOT) -> dict
 def interleaved_speedup(rows) -> dict | None:
     """The in-process interleaved estimates of a configuration's finished runs (one per process:
     ab_ratio [ab_lo, ab_hi] over ab_pairs block pairs, harness/run/interleave.py), combined over
-    the processes by results/stats/interleaved.combine, and the direction every process called on
-    its own (interleaved.direction, or None); None when no run was interleaved. Fills the paired
+    the processes by results/stats/interleaved.combine, and where the verdict rests on the
+    direction every process called (interleaved.verdict), that direction (else None); None when
+    no run was interleaved. Fills the paired
     columns, since both are ratios of what ran together."""
     from results.stats import interleaved
     if "ab_ratio" not in rows:
@@ -58,6 +59,8 @@ def interleaved_speedup(rows) -> dict | None:
     c = interleaved.combine(est)
     if c is None:
         return None
+    called, basis = interleaved.verdict(est)
     return {"paired_speedup": c["ratio"], "paired_lo": c["ci_lo"], "paired_hi": c["ci_hi"],
             "pairs": int(got["ab_pairs"].sum()) if "ab_pairs" in got else 0, "paired_method": c["method"],
-            "processes": c["processes"], "process_tau": c["tau"], "process_direction": interleaved.direction(est)}
+            "processes": c["processes"], "process_tau": c["tau"],
+            "process_direction": called if basis == interleaved.EVERY_PROCESS else None}
