@@ -89,3 +89,39 @@ def seeded(tmp_path_factory, data_root):
     (crafted / "status.json").write_text(json.dumps(st))
     assert len(ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")["added"]) == 1
     return root, crafted.name
+
+
+MODES = [(1.07, 1.04, 1.10), (1.30, 1.26, 1.34)]  # two processes' +channels_last (ratio, lo, hi): each faster
+
+
+@pytest.fixture(scope="session")
+def modes_store(seeded, tmp_path_factory):
+    """(results folder, sweep): the seeded sweep copied under a sweep of its own, its two
+    +channels_last processes interleaved at MODES (the two modes +amp=bf16 showed on a Zen 4
+    EPYC): their combined interval holds 1 while each process called it faster."""
+    import json
+    import shutil
+
+    from results.analysis import speedups as report
+    from results.store.ingest import ingest_all
+    frame = report.records_frame(seeded[0] / "runs")
+    sweep = frame.loc[frame["sweep"].astype(str).str.startswith("portal@"), "sweep"].iloc[0]
+    modes = sweep.replace("portal@", "modes@", 1)
+    root = tmp_path_factory.mktemp("modes") / "results"
+    (root / "runs").mkdir(parents=True)
+    processes = iter(MODES)
+    for (_, row), label in zip(frame.iterrows(), report.label_configs(frame)):
+        if row["sweep"] != sweep:
+            continue
+        dst = root / "runs" / (Path(row["record_dir"]).name + "-modes")
+        shutil.copytree(row["record_dir"], dst)
+        cfg = json.loads((dst / "config.json").read_text())
+        (dst / "config.json").write_text(json.dumps({**cfg, "run_id": dst.name, "sweep": modes}))
+        if label == "+channels_last":
+            r, lo, hi = next(processes)
+            summary = json.loads((dst / "summary.json").read_text())
+            (dst / "summary.json").write_text(json.dumps({**summary, "ab_ratio": r, "ab_lo": lo, "ab_hi": hi,
+                                                           "ab_pairs": 12}))
+    assert next(processes, None) is None  # both +channels_last processes carry one
+    ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")
+    return root, modes

@@ -111,45 +111,19 @@ def test_overview_of_a_sweep_with_no_finished_run_says_so(monkeypatch, seeded):
     assert at.dataframe[-1].value["reason"].tolist() == [f"RuntimeError: {XSS}"]
 
 
-def test_overview_names_a_verdict_called_in_every_process(monkeypatch, seeded, tmp_path):
-    """The seeded sweep again, with +channels_last's two processes interleaved at 1.07x [1.04, 1.10]
-    and 1.30x [1.26, 1.34] (the two modes +amp=bf16 showed on a Zen 4 EPYC): their combined interval
-    holds 1 while each process called it faster, and Overview says "faster in every process", as
-    the sweep summary does, with the combined interval beside it and the rule in its caption."""
-    import json
-    import shutil
-    from pathlib import Path
-
+def test_overview_names_a_verdict_called_in_every_process(monkeypatch, modes_store):
+    """+channels_last's two processes at 1.07x [1.04, 1.10] and 1.30x [1.26, 1.34] (conftest's
+    modes_store): their combined interval holds 1 while each process called it faster, and
+    Overview says "faster in every process", as the sweep summary does, with the combined interval
+    beside it and the rule in its caption."""
     from portal.charts import VERDICT_NAMES
     from results.stats.interleaved import EVERY_PROCESS
-    from results.store.ingest import ingest_all
-    root, _ = seeded
-    frame = report.records_frame(root / "runs")
-    sweep = frame.loc[frame["sweep"].astype(str).str.startswith("portal@"), "sweep"].iloc[0]
-    modes = sweep.replace("portal@", "modes@", 1)
-    runs = tmp_path / "results" / "runs"
-    runs.mkdir(parents=True)
-    processes = iter([(1.07, 1.04, 1.10), (1.30, 1.26, 1.34)])
-    for (_, row), label in zip(frame.iterrows(), report.label_configs(frame)):
-        if row["sweep"] != sweep:
-            continue
-        dst = runs / (Path(row["record_dir"]).name + "-modes")
-        shutil.copytree(row["record_dir"], dst)
-        cfg = json.loads((dst / "config.json").read_text())
-        (dst / "config.json").write_text(json.dumps({**cfg, "run_id": dst.name, "sweep": modes}))
-        if label == "+channels_last":
-            r, lo, hi = next(processes)
-            summary = json.loads((dst / "summary.json").read_text())
-            (dst / "summary.json").write_text(json.dumps({**summary, "ab_ratio": r, "ab_lo": lo, "ab_hi": hi,
-                                                           "ab_pairs": 12}))
-    assert next(processes, None) is None  # both +channels_last processes carry one
-    ingest_all(runs, f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
-    want = report.speedup_table(report.records_frame(runs)).set_index("config")
+    root, modes = modes_store
+    want = report.speedup_table(report.records_frame(root / "runs")).set_index("config")
     row = want.loc["+channels_last"]
     assert (row["verdict"], row["verdict_on"]) == ("faster", EVERY_PROCESS) and row["paired_lo"] < 1 < row["paired_hi"]
-    at = app_page(monkeypatch, tmp_path / "results")
-    at.selectbox[0].set_value(modes).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = app_page(monkeypatch, root)
+    assert at.selectbox[0].value == modes
     numbers = at.dataframe[0].value.set_index("configuration")
     assert numbers.loc["+channels_last", "verdict"] == "faster in every process"
     assert numbers.loc["+channels_last", "paired [95% CI]"] == (

@@ -145,6 +145,31 @@ def test_overview_prints_the_figures_results_computes(portal_url, seeded):
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
+def test_overview_says_faster_in_every_process_where_only_the_direction_was_called(modes_store):
+    """conftest's modes_store (+channels_last's processes at 1.07x and 1.30x, each called faster, the
+    combined interval holding 1), in Chromium: the numbers table's verdict, the legend and the
+    caption say "in every process", with the combined interval beside it."""
+    from portal import charts
+    from results.analysis import speedups as report
+    root, modes = modes_store
+    r = report.speedup_table(report.records_frame(root / "runs")).set_index("config").loc["+channels_last"]
+    with serve(root) as url, _browser_page() as page:
+        _open(page, f"{url}/?sweep={modes}", "overview-every-process", CHART)
+        grid = page.locator(TABLE).first
+        headers = [h.strip() for h in grid.locator("[role='columnheader']").all_text_contents()]
+        cells = grid.locator("[role='gridcell']").all_text_contents()
+        legend = page.locator(".js-plotly-plot g.legend text").all_text_contents()
+        text = page.locator("body").inner_text()
+    rows = {x[0]: dict(zip(headers, x)) for x in (cells[i:i + len(headers)] for i in range(0, len(cells), len(headers)))}
+    assert rows["+channels_last"]["verdict"] == "faster in every process"
+    assert rows["+channels_last"]["paired [95% CI]"] == charts.paired_label(
+        r["paired_speedup"], r["paired_lo"], r["paired_hi"], r["pairs"], r["paired_method"], r["processes"])
+    assert r["paired_lo"] < 1 < r["paired_hi"]  # the interval shown holds 1: the size is uncertain
+    assert "faster (CI above 1, or in every process)" in legend
+    assert "\"faster in every process\" means each process's own interval said so" in text
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make system-deps)")
 def test_a_run_link_opens_that_run(portal_url, seeded):
     """?run=ID reproduces the view: two finished runs' links each show their own median step
     time (the tile's figure, from the store), not the other's, and their quality with what it is
