@@ -132,8 +132,9 @@ def cmd_run(args) -> int:
 
 def cmd_cell(args) -> int:
     """One array task: the cell's config, with its repeat's baseline record (written by the
-    phase-1 array) as the correctness-gate reference. Ingests only when a tracking server is
-    configured; otherwise the sweep's dependent ingest job does it."""
+    phase-1 array; for a top-up repeat the sweep's latest) as the correctness-gate reference.
+    Ingests only when a tracking server is configured; otherwise the sweep's dependent ingest
+    job does it."""
     import os
 
     from harness.experiments import sweep
@@ -144,9 +145,9 @@ def cmd_cell(args) -> int:
     entry = cells[args.index]
     cfg = RunConfig.from_dict(entry.config)
     if not entry.is_baseline:
-        base = sweep.existing_records(results_root() / "runs", cfg.sweep).get((entry.baseline_variant, cfg.repeat))
-        if base and base[0] == "finished":
-            cfg = cfg.with_overrides([f"reference_run={base[1]}"])
+        base = sweep.baseline_record(results_root() / "runs", cfg.sweep, entry.baseline_variant, cfg.repeat)
+        if base:
+            cfg = cfg.with_overrides([f"reference_run={base}"])
     return _execute(cfg, ingest=bool(os.environ.get("MLFLOW_TRACKING_URI")))
 
 

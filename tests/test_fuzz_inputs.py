@@ -50,7 +50,10 @@ SWEEP_DOCS = st.fixed_dictionaries({}, optional={
     "sizes": YAML_VALUES | st.just(["tiny"]), "repeats": YAML_VALUES | st.integers(-2, 3),
     "toggles": YAML_VALUES | st.just(["amp"]), "matrix": YAML_VALUES | st.just(["baseline"]),
     "base": YAML_VALUES | st.just({"steps": 2}), "parallel": YAML_VALUES, "ranks": YAML_VALUES,
-    "on_values": YAML_VALUES}) | YAML_VALUES
+    "on_values": YAML_VALUES,
+    "top_up": YAML_VALUES | st.fixed_dictionaries({}, optional={
+        "precision": YAML_VALUES | st.floats(-1, 2), "max_repeats": YAML_VALUES | st.integers(-1, 6),
+        "budget_s": YAML_VALUES | st.floats(allow_nan=True)})}) | YAML_VALUES
 
 
 @FAST

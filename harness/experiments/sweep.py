@@ -25,6 +25,8 @@ from typing import Any
 
 
 from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief, read_yaml_mapping
+from harness.experiments import top_up
+from harness.experiments.top_up import TopUp
 from harness.launch.backend import BASELINE, Cell, read_cells
 from results.record import sweep_ids
 from results.record.labels import config_label, toggle_item
@@ -33,7 +35,8 @@ from results.record import toggles as toggle_decl
 MATRIX_SETS = ("baseline", "add_one_in", "all_on", "leave_one_out")
 NAME_MAX = 100
 SWEEP_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_MAX - 1}}}")
-SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base", "parallel", "ranks"}
+SWEEP_KEYS = {"name", "workloads", "sizes", "repeats", "toggles", "on_values", "matrix", "base", "parallel", "ranks",
+              "top_up"}
 DEFAULT_REPEATS = 5
 BIG_SWEEP = 200  # runs; past this the sweep says how long a road it starts on
 
@@ -51,6 +54,8 @@ class Sweep:
     parallel: tuple[dict, ...] = ()
     """Parallel strategies (RunConfig.parallel mappings), each a cell at every `ranks` count."""
     ranks: tuple[int, ...] = ()
+    top_up: TopUp | None = None
+    """More processes where the combined interleaved interval is still wide (harness/experiments/top_up.py)."""
 
 
 def _line_of(text: str, key: str) -> int:
@@ -106,7 +111,8 @@ def load(path: Path) -> Sweep:
     sweep = Sweep(name=name, workloads=tuple(listy["workloads"] or ()),
                   sizes=tuple(listy["sizes"] or ("tiny",)), repeats=repeats, toggles=toggles,
                   on_values=on_values, matrix=matrix, base=base,
-                  parallel=_parallel_cells(d, bad), ranks=_rank_counts(d, bad))
+                  parallel=_parallel_cells(d, bad), ranks=_rank_counts(d, bad),
+                  top_up=top_up.parse(d.get("top_up"), repeats, bool(base.get("interleave")), bad))
     if not sweep.workloads:
         raise bad("workloads", "at least one workload is required")
     from harness.config import registry
@@ -251,6 +257,18 @@ def existing_records(runs_root: Path, sweep_id: str) -> dict[tuple[str, int], tu
     return out
 
 
+def baseline_record(runs_root: Path, sweep_id: str, variant: str, repeat: int) -> str | None:
+    """The record folder a cell's correctness gate reads: its repeat's finished baseline, else the
+    sweep's latest finished one (a top-up repeat, harness/experiments/top_up.py, has no baseline of
+    its own; the seed and data order are not per repeat, so any repeat's baseline is the reference)."""
+    recs = existing_records(runs_root, sweep_id)
+    own = recs.get((variant, repeat))
+    if own and own[0] == "finished":
+        return own[1]
+    done = sorted((r, d) for (v, r), (status, d) in recs.items() if v == variant and status == "finished")
+    return done[-1][1] if done else None
+
+
 def latest_instance(runs_root: Path, name: str) -> str | None:
     from results.analysis.speedups import records_frame
 
@@ -301,7 +319,13 @@ def main(path: Path, repeats: int = 0, rerun_failed: bool = False, site=None, dr
         print(f"note: {len(todo)} runs on this machine one after another; --dry-run lists them, Ctrl-C stops "
               "the sweep (finished runs stay recorded and `--rerun-failed` resumes)", file=sys.stderr)
     python = site.python if site else sys.executable
-    launch(backend, SweepPlan(sweep_id, cells, todo, results, rerun=rerun_failed, python=python),
+    more = None
+    if sw.top_up and backend.runs_here:
+        more = top_up.Rounds(sw.top_up, runs_root)
+    elif sw.top_up:
+        print(f"note: {path}'s top_up is not applied under {backend.name} (its jobs are all submitted before any "
+              f"figure exists); raise `repeats` instead", file=sys.stderr)
+    launch(backend, SweepPlan(sweep_id, cells, todo, results, rerun=rerun_failed, python=python, top_up=more),
            dry_run=dry_run, wait=wait)
     if backend.runs_here and not dry_run:
         print("Browse the results: make portal  (then open http://127.0.0.1:8501)")

@@ -19,7 +19,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from harness.config.errors import UsageError
 
@@ -100,6 +100,10 @@ class SweepPlan:
     results: Path
     rerun: bool = False
     python: str = ""
+    top_up: Callable[["SweepPlan"], int | None] | None = None
+    """Asked after the planned cells, until it returns None, for the next cell to add and run (it
+    appends the cell to `cells` and `todo` and rewrites cells.json): harness/experiments/top_up.py.
+    Only a backend that runs here asks; a batch scheduler has submitted everything before."""
 
     @property
     def dir(self) -> Path:

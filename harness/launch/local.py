@@ -73,6 +73,7 @@ class LocalBackend:
             if not self.stopped_by:  # after a stop, the cells left are not started
                 self._run_cell(job.cells[0], job.script)
         else:
+            self._top_up()
             self._close_bar()
             self._ingest_and_summarize()
             self._exit_if_stopped()
@@ -117,6 +118,16 @@ class LocalBackend:
         status, self.stopped_by = _run(command, env, cell, bar.console, what)
         self.statuses.append(status)
         bar.advance(self._task)
+
+    def _top_up(self) -> None:
+        """The plan's top-up cells, one at a time, before the ingest (they are the sweep's cells too)."""
+        plan = self._plan
+        while plan.top_up is not None and not self.stopped_by:
+            i = plan.top_up(plan)
+            if i is None:
+                break
+            self._progress().update(self._task, total=len(plan.todo))
+            self._run_cell(i, plan.cell_command(str(i)))
 
     def run_cells(self, plan: SweepPlan) -> list[str]:
         """Only the cells, no ingest job (a time-to-train campaign scores its own runs)."""
