@@ -151,3 +151,30 @@ def test_a_sweep_tops_up_the_imprecise_toggle_and_gates_the_extra_process(env, t
     assert [(c.label, c.repeat) for c in cells] == [("baseline", 0), ("+channels_last", 0), ("+channels_last", 1)]
     row = report.speedup_table(frame).set_index("config").loc["+channels_last"]
     assert row["processes"] == 2 and "(i x2)" in p.stdout
+
+
+def test_the_calibration_groups_a_a_trials_as_the_demos_top_up_does():
+    """The A/A figure covers the demo's whole rule: trials in order, 2 at a time, one more while the
+    combined interval is wider than +-5% (at most 4); the constants are the demo file's."""
+    import pandas as pd
+
+    from results.analysis import calibration
+    from results.record import schema
+    demo = sweep.load(Path(__file__).parents[1] / "harness" / "sweeps" / "demo.yaml")
+    assert (calibration.DEMO_PROCESSES, calibration.DEMO_TOP_UP_PRECISION, calibration.DEMO_TOP_UP_MOST) == \
+        (demo.repeats, demo.top_up.precision, demo.top_up.max_repeats)
+    tight, wide = (1.0, 0.98, 1.02), (1.0, 0.85, 1.18)
+    est = [tight, tight, wide, wide, wide, wide, tight, tight, wide, wide, wide]
+    groups = interleaved.topped_up_groups(est, 2, 0.05, 4)
+    assert [len(g) for g in groups] == [2, 4, 2]  # the last three still want a fourth: not a group
+    assert interleaved.wants_more([wide, wide], 0.05, 4) == (True, pytest.approx(
+        interleaved.half_width(*(lambda c: (c["ci_lo"], c["ci_hi"], c["ratio"]))(interleaved.combine([wide, wide])))))
+    assert interleaved.wants_more([wide] * 4, 0.05, 4)[0] is False and interleaved.wants_more([], 0.05, 4)[0] is False
+    df = pd.DataFrame([{"sweep": "calibrate@20261204T000000-1a2b", "status": schema.FINISHED, "repeat": i,
+                        "workload": "cosmoflow", "size": "tiny", "ab_ratio": r, "ab_lo": lo, "ab_hi": hi}
+                       for i, (r, lo, hi) in enumerate(est)])
+    cal = calibration.latest(df)
+    assert (cal["topped_groups"], cal["topped_false_positives"], cal["topped_sizes"]) == (3, 0, [2, 4, 2])
+    assert "0 of 3 demo groups (2-4 processes, topped up as the demo is)" in calibration.line(cal)
+    even = calibration.latest(df.iloc[:2])
+    assert "0 of 1 demo groups (2 processes each, none topped up)" in calibration.line(even)

@@ -69,19 +69,15 @@ def parse(d, repeats: int, interleaved: bool, bad) -> TopUp | None:
 
 
 def wanting(estimates: dict[str, list[tuple[float, float, float]]], spec: TopUp) -> list[tuple[str, float, int]]:
-    """(key, combined half-width, processes) of each configuration, in the mapping's order, that wants one
-    more process: fewer than max_repeats processes and a combined 95% half-width above the target
-    (infinite when no process has an interval yet). `estimates` maps a key to its processes'
-    (ratio, ci_lo, ci_hi); a configuration with no finished process is not topped up (its
-    processes failed or were unsupported: another would too)."""
+    """(key, combined half-width, processes) of each configuration, in the mapping's order, that
+    wants one more process by results/stats/interleaved.wants_more (fewer than max_repeats and a
+    combined 95% half-width above the target). `estimates` maps a key to its processes'
+    (ratio, ci_lo, ci_hi)."""
     from results.stats import interleaved
     out = []
     for key, est in estimates.items():
-        if not est or len(est) >= spec.max_repeats:
-            continue
-        c = interleaved.combine(est)
-        hw = interleaved.half_width(c["ci_lo"], c["ci_hi"], c["ratio"]) if c else float("inf")
-        if hw > spec.precision:
+        more, hw = interleaved.wants_more(est, spec.precision, spec.max_repeats)
+        if more:
             out.append((key, hw, len(est)))
     return out
 

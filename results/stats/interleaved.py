@@ -128,3 +128,38 @@ def verdict(estimates: Sequence[tuple[float, float, float]]) -> tuple[str, str] 
     v = estimators.verdict(c["ci_lo"], c["ci_hi"], c["ratio"])
     d = direction(estimates) if v == "within noise" else None
     return (d, EVERY_PROCESS) if d else (v, "interleaved")
+
+
+def wants_more(estimates: Sequence[tuple[float, float, float]], precision: float, most: int) -> tuple[bool, float]:
+    """The process top-up's rule (harness/experiments/top_up.py), here so the A/A calibration
+    applies the same one: (another process wanted?, the combined 95% half-width). Wanted while
+    there are fewer than `most` processes and the combined half-width is above `precision`
+    (infinite when no process has an interval); never without a process (a configuration whose
+    processes all failed would fail again)."""
+    if not estimates or len(estimates) >= most:
+        return False, math.inf if not estimates else _combined_half_width(estimates)
+    hw = _combined_half_width(estimates)
+    return hw > precision, hw
+
+
+def _combined_half_width(estimates) -> float:
+    c = combine(estimates)
+    return half_width(c["ci_lo"], c["ci_hi"], c["ratio"]) if c else math.inf
+
+
+def topped_up_groups(estimates: Sequence[tuple[float, float, float]], start: int, precision: float,
+                     most: int) -> list[list[tuple[float, float, float]]]:
+    """Consecutive processes grouped as a topped-up sweep groups them: `start` first, then one more
+    at a time while wants_more says so; the last group is dropped when the processes run out
+    before its rule is met (it is not a group the sweep would have stopped at)."""
+    groups, i = [], 0
+    while i + start <= len(estimates):
+        g = list(estimates[i:i + start])
+        i += start
+        while wants_more(g, precision, most)[0] and i < len(estimates):
+            g.append(estimates[i])
+            i += 1
+        if wants_more(g, precision, most)[0]:
+            break
+        groups.append(g)
+    return groups
