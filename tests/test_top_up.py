@@ -178,3 +178,11 @@ def test_the_calibration_groups_a_a_trials_as_the_demos_top_up_does():
     assert "0 of 3 demo groups (2-4 processes, topped up as the demo is)" in calibration.line(cal)
     even = calibration.latest(df.iloc[:2])
     assert "0 of 1 demo groups (2 processes each, none topped up)" in calibration.line(even)
+
+
+def test_a_dry_run_says_the_top_up_may_add_cells(env):
+    p = harness(env, "sweep", str(Path(__file__).parents[1] / "harness" / "sweeps" / "demo.yaml"), "--dry-run",
+                timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert ("14 cells in 14 job(s) + 1 ingest job (and, here, top-up cells once figures exist: up to 4 processes "
+            "a configuration while its interval is wider than +-5%, started within 45 s)") in p.stdout

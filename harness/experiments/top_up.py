@@ -93,6 +93,11 @@ class Rounds:
         self._last: float | None = None
         self._queue: list[tuple[str, float, int]] = []
 
+    def __str__(self) -> str:
+        s = self.spec
+        return (f"up to {s.max_repeats} processes a configuration while its interval is wider than "
+                f"+-{s.precision * 100:g}%, started within {s.budget_s:g} s")
+
     def _estimates(self, plan: SweepPlan) -> dict[str, list[tuple[float, float, float]]]:
         from results.analysis.speedups import records_frame
         df = records_frame(self.runs_root)

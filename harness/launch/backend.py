@@ -197,7 +197,8 @@ def launch(backend: Backend, plan: SweepPlan, dry_run: bool = False, wait: bool 
         print("# submit commands, in order (<name> stands for that job's id):")
         for j in jobs:
             print(backend.submit_command(j, [ids[a] for a in j.after]))
-        print(f"# dry run: {len(plan.todo)} cells in {len(jobs) - 1} job(s) + 1 ingest job; nothing submitted")
+        more = f" (and, here, top-up cells once figures exist: {plan.top_up})" if plan.top_up and backend.runs_here else ""
+        print(f"# dry run: {len(plan.todo)} cells in {len(jobs) - 1} job(s) + 1 ingest job{more}; nothing submitted")
         return 0
     if not plan.todo:
         print(f"sweep {plan.sweep_id}: every cell already has a finished record; nothing to submit")
