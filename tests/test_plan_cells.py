@@ -2,6 +2,8 @@
 --cell` writes, and the --set overrides and rank order the planner checks launch it with."""
 from __future__ import annotations
 
+import pytest
+
 
 def test_written_cell_is_a_sweep_file_the_harness_runs(tmp_path):
     from harness.experiments import sweep
@@ -37,3 +39,18 @@ def test_a_plan_as_overrides_is_the_cell_the_planner_checks_run():
     assert (par.batch_split, par.recompute) == ("8,4", "full")
     assert rank_kinds(dp) == ["b", "a"]
     assert overrides({**dp, "recompute": []}) == ["parallel.batch_split=8,4"]
+
+
+def test_a_pipeline_runs_stage_compute_is_set_beside_the_plans_price_for_it():
+    """planner_jobs.stage_compute_over_priced: per stage (forward + backward as run) / (as priced),
+    the median over stages; stages matched by index (the schedule's keys are strings); None where
+    there is nothing to compare (data parallel, no schedule recorded, a different stage count)."""
+    from harness.bench.planner_jobs import stage_compute_over_priced
+    plan = {"stages": [{"fwd_s": 0.158, "bwd_s": 0.324}, {"fwd_s": 0.164, "bwd_s": 0.340}]}
+    # 2026-12-04 at 0.25 CPU: a slow-mode run's stage medians against the plan's prices
+    run = {"1": {"fwd_s": 0.2105, "bwd_s": 0.4200}, "0": {"fwd_s": 0.2063, "bwd_s": 0.4011}}
+    want = sorted([(0.2063 + 0.4011) / 0.482, (0.2105 + 0.4200) / 0.504])
+    assert stage_compute_over_priced(plan, run) == pytest.approx(sum(want) / 2, abs=1e-4)
+    assert stage_compute_over_priced({"strategy": "dp"}, run) is None
+    assert stage_compute_over_priced(plan, None) is None
+    assert stage_compute_over_priced(plan, {"0": run["0"]}) is None

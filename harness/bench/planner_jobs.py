@@ -34,7 +34,29 @@ def run_lm(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: i
     s = run_recorded({**env, rank_cpu.ENV: ",".join(map(str, cpus))}, results, len(cpus),
                      *run_args(data_dir, batch, sets))["summary"]
     return {"median_step_s": s["median_step_s"], "rank_cpu": s.get("rank_cpu", {}).get("cpus_per_rank"),
-            "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")]}
+            "load_1m": [load0.get("loadavg_1m"), load_now().get("loadavg_1m")],
+            "stage_times": (s.get("pipeline") or {}).get("stage_times")}
+
+
+def stage_compute_over_priced(plan: dict, stage_times: dict | None) -> float | None:
+    """A pipeline run's own stage compute against the plan's price for it: the median over stages
+    of (forward + backward seconds per microbatch, each the run's median, harness/parallel/pipeline.py
+    through results/analysis/bubble.py) / (the plan's priced forward + backward for that stage).
+    None for a plan without stages or a run without a schedule.
+
+    Why: a pipeline's step can miss its price because its stages computed slower than profiled
+    (the machine's state: at 0.25 CPU, 2026-12-04, LM small 2 x 3 blocks M=12 ran 8.4-8.9 s a step
+    in three processes with stage compute 1.24-1.30x the profile's, and 6.6 s in a fourth at
+    0.98-1.02x) or because of what the model leaves out (sends, the schedule's own work: 0.06-0.09 s
+    of those steps). This ratio tells the two apart in every planner check."""
+    stages = plan.get("stages") or []
+    if not stages or not stage_times or len(stage_times) != len(stages):
+        return None
+    import statistics
+    ratios = [(t["fwd_s"] + t["bwd_s"]) / (st["fwd_s"] + st["bwd_s"])
+              for st, t in zip(stages, (stage_times[k] for k in sorted(stage_times, key=int)))
+              if st["fwd_s"] + st["bwd_s"] > 0]
+    return round(statistics.median(ratios), 4) if ratios else None
 
 
 def interleaved_lm(env: dict, results: Path, data_dir: Path, cpus: list[float], batch: int, processes: int,

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from harness.bench.launch import run_harness
-from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm
+from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm, stage_compute_over_priced
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
 
@@ -89,6 +89,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
         jobs: dict[str, dict] = {}  # shape -> job name -> (plan, batch, inventory path of round r)
         steps = {s: {} for s in shapes}
         paired = {s: {} for s in shapes}  # (predicted from this round's profile, measured this round)
+        in_situ = {s: {} for s in shapes}  # pipelines: stage compute as run / as the plan priced it
         for r in range(rounds):
             # a fresh profile each round, just before the round's runs: the machine's drift between
             # a profile and a run twenty minutes later is not the model's error (results/planner/evaluate.py)
@@ -107,8 +108,10 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
                 for name, (p, b) in jobs[shape].items():  # alternate launches: drift hits every job alike
                     pred = predict(p, invs[name], tmp)
                     sets, cpus = _runnable(p, kinds)
-                    meas = run_lm(env, tmp, data_dir, cpus, b, sets)["median_step_s"]
+                    got = run_lm(env, tmp, data_dir, cpus, b, sets)
+                    meas = got["median_step_s"]
                     steps[shape].setdefault(name, []).append(meas)
+                    in_situ[shape].setdefault(name, []).append(stage_compute_over_priced(p, got["stage_times"]))
                     paired[shape].setdefault(name, []).append((pred, meas))
         # the strategy choice itself, drift-free: each kind's pair runs the data-parallel plan against
         # the pipeline plan in one process group, alternating blocks (harness/run/interleave.py)
@@ -119,11 +122,17 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
             print(f"planner_seed choice {k}: chose {c['chosen']}; DP over PP {c['measured_dp_over_pp']:.3f}x "
                   f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] measured, {c['predicted_dp_over_pp']:.3f}x predicted", flush=True)
         for shape in shapes:
-            out["checks"][shape] = _check(jobs[shape], steps[shape], paired[shape], kinds, batch, memory[shape])
+            out["checks"][shape] = _check(jobs[shape], steps[shape], paired[shape], kinds, batch, memory[shape],
+                                          in_situ[shape])
             c = out["checks"][shape]
             print(f"planner_seed {shape}: seed utilization {c['utilization_seed_measured']:.3f} measured, "
                   f"{c['utilization_seed_predicted'] or float('nan'):.3f} predicted; error {100 * c['error']:+.1f}% "
                   f"(paired by round), {100 * c['error_first_profile']:+.1f}% (first profile only)", flush=True)
+            for name, got in [("mixed", c["stage_compute_over_priced"]),
+                              *((k, h["stage_compute_over_priced"]) for k, h in c["homogeneous"].items())]:
+                if got and any(x is not None for x in got):  # pipelines only
+                    print(f"planner_seed {shape} {name}: pipeline stage compute as run / as priced, by round: "
+                          f"{', '.join('-' if x is None else f'{x:.3f}' for x in got)}", flush=True)
     out["targets"] = {"choice_agrees_with_the_interleaved_ratio": all(c["agrees"] for c in out["choice"].values()),
                       "seed_utilization_at_least_0.95": all(c["utilization_seed_measured"] >= 0.95
                                                             for c in out["checks"].values()),
@@ -174,7 +183,12 @@ def _paired_error(pairs: list[tuple[float, float]]) -> float:
     return round(statistics.median(p / m for p, m in pairs) - 1, 4)
 
 
-def _check(jobs: dict, steps: dict, paired: dict, kinds: dict, batch: int, memory_gb: float) -> dict:
+def _check(jobs: dict, steps: dict, paired: dict, kinds: dict, batch: int, memory_gb: float,
+           in_situ: dict | None = None) -> dict:
+    """One shape's figures. `in_situ`: per job, each round's pipeline stage compute as run over the
+    plan's price for it (planner_jobs.stage_compute_over_priced; None for data parallel): whether a
+    pipeline's error is its stages computing slower than profiled, or the schedule."""
+    in_situ = in_situ or {}
     mixed = jobs["mixed"][0]
     med = {n: statistics.median(v) for n, v in steps.items()}
     bound = sum((batch // 2) / med[k] for k in kinds)
@@ -184,12 +198,14 @@ def _check(jobs: dict, steps: dict, paired: dict, kinds: dict, batch: int, memor
                             "predicted_step_s": round(jobs[k][0]["predicted"]["step_s"], 4),
                             "predicted_by_round_s": [round(p, 4) for p, _ in paired[k]],
                             "error": _paired_error(paired[k]),
-                            "error_first_profile": round(jobs[k][0]["predicted"]["step_s"] / med[k] - 1, 4)}
+                            "error_first_profile": round(jobs[k][0]["predicted"]["step_s"] / med[k] - 1, 4),
+                            "stage_compute_over_priced": in_situ.get(k)}
                         for k in kinds},
         "predicted_step_s": round(mixed["predicted"]["step_s"], 4),
         "predicted_by_round_s": [round(p, 4) for p, _ in paired["mixed"]],
         "error": _paired_error(paired["mixed"]),
         "error_first_profile": round(mixed["predicted"]["step_s"] / med["mixed"] - 1, 4),
+        "stage_compute_over_priced": in_situ.get("mixed"),
         "utilization_seed_measured": round(batch / med["mixed"] / bound, 4),
         "utilization_seed_predicted": mixed["predicted"].get("utilization_seed"),
         "planner_homogeneous": mixed.get("homogeneous")}
