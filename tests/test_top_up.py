@@ -186,3 +186,16 @@ def test_a_dry_run_says_the_top_up_may_add_cells(env):
     assert p.returncode == 0, p.stderr
     assert ("14 cells in 14 job(s) + 1 ingest job (and, here, top-up cells once figures exist: up to 4 processes "
             "a configuration while its interval is wider than +-5%, started within 45 s)") in p.stdout
+
+
+def test_a_multi_rank_top_up_cell_runs_under_mpiexec_as_its_planned_cells_do(tmp_path):
+    from harness.launch import local
+    plan = _plan(tmp_path)
+    cfg = {**plan.cells[1].config, "ranks": 2}
+    plan.cells.append(Cell("fsdp@2", cfg, plan.cells[1].variant, ""))
+    plan.todo.append(len(plan.cells) - 1)
+    got = local._command(plan, len(plan.cells) - 1)
+    assert " -n 2 " in got and got.endswith(plan.cell_command(str(len(plan.cells) - 1)))
+    assert local._command(plan, 1) == plan.cell_command("1")
+    rendered = {j.cells[0]: j.script for j in local.LocalBackend().render(plan) if j.cells}
+    assert rendered[len(plan.cells) - 1] == got  # the same line render gives a planned cell

@@ -55,11 +55,7 @@ class LocalBackend:
             b = plan.baseline_cell(i)
             after = (names[b],) if b in names else ()  # a baseline finished earlier needs no wait
             names[i] = f"cell-{i}"
-            command = plan.cell_command(str(i))
-            ranks = plan.cells[i].config.get("ranks", 1)
-            if ranks > 1:  # a multi-rank cell (parallel strategies): its ranks on this machine
-                command = f"{mpiexec()} -n {ranks} {command}"
-            jobs.append(Job(names[i], command, plan.dir / f"cell-{i}{plan.suffix()}.sh", (i,), after))
+            jobs.append(Job(names[i], _command(plan, i), plan.dir / f"cell-{i}{plan.suffix()}.sh", (i,), after))
         jobs.append(Job("ingest", "\n".join(plan.ingest_commands()), plan.dir / f"ingest{plan.suffix()}.sh",
                         (), tuple(names.values())))
         return jobs
@@ -127,7 +123,7 @@ class LocalBackend:
             if i is None:
                 break
             self._progress().update(self._task, total=len(plan.todo))
-            self._run_cell(i, plan.cell_command(str(i)))
+            self._run_cell(i, _command(plan, i))
 
     def run_cells(self, plan: SweepPlan) -> list[str]:
         """Only the cells, no ingest job (a time-to-train campaign scores its own runs)."""
@@ -157,6 +153,13 @@ class LocalBackend:
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _command(plan: SweepPlan, i: int) -> str:
+    """Cell i's command line; a multi-rank cell (parallel strategies) under mpiexec, its ranks on this machine."""
+    command = plan.cell_command(str(i))
+    ranks = plan.cells[i].config.get("ranks", 1)
+    return f"{mpiexec()} -n {ranks} {command}" if ranks > 1 else command
 
 
 def _run(command: str, env: dict, cell: dict, console, what: str) -> tuple[str, int]:
