@@ -71,6 +71,9 @@ def test_default_repeats_at_least_five(tmp_path):
     assert sweep.load(_write(tmp_path, "workloads: [cosmoflow]\n")).repeats >= 5
 
 
+TOP_UP = "workloads: [cosmoflow]\nrepeats: 2\nbase: {interleave: true}\n"
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("workloads: [cosmoflow]\nrepeat: 3\n", "s.yaml:2: repeat: unknown key"),
     ("workloads: [cosmoflow]\ntoggles: [nhwc]\n", "nhwc: unknown toggle; valid toggles: dali, channels_last"),
@@ -82,6 +85,14 @@ def test_default_repeats_at_least_five(tmp_path):
     ("workloads: [cosmoflow]\nbase:\n  steps: many\n", "s.yaml:3: steps: steps expects int"),
     ("workloads: [cosmoflow]\nmatrix: [everything]\n", "everything: unknown matrix set"),
     ("workloads: [cosmoflow\n", "not valid YAML"),
+    # the process top-up (harness/experiments/top_up.py)
+    (TOP_UP + "top_up: {precision: 0}\n", "s.yaml:4: top_up: precision is a relative half-width between 0 and 1"),
+    (TOP_UP + "top_up: {max_repeats: 2}\n",
+     "s.yaml:4: top_up: max_repeats: expected an integer above the sweep's repeats (2)"),
+    (TOP_UP + "top_up: {budget_s: .nan}\n", "s.yaml:4: top_up: budget_s: expected seconds > 0"),
+    (TOP_UP + "top_up: {processes: 4}\n", "unknown key 'processes'; valid keys: precision, max_repeats, budget_s"),
+    (TOP_UP + "top_up: 4\n", "top_up: expected a mapping"),
+    ("workloads: [cosmoflow]\nrepeats: 2\ntop_up: {}\n", "top_up: needs `base: {interleave: true}`"),
 ])
 def test_bad_sweep_files_name_line_and_key(tmp_path, text, fragment):
     with pytest.raises(UsageError) as e:

@@ -1,6 +1,7 @@
 """The process top-up (harness/experiments/top_up.py): which configurations get another process,
-in what order, within what budget; its sweep-file errors; and a real sweep it tops up, whose
-extra process is gated against the sweep's baseline and combined with the planned one."""
+in what order, within what budget; a real sweep it tops up, whose extra process is gated against
+the sweep's baseline and combined with the planned one; the calibration's demo groups. Its
+sweep-file errors are with the others' (tests/test_sweep.py)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.run_config import RunConfig, UsageError
+from harness.config.run_config import RunConfig
 from harness.experiments import sweep, top_up
 from harness.launch.backend import Cell, SweepPlan, read_cells
 from results.analysis import speedups as report
@@ -104,23 +105,6 @@ def _write(tmp_path, text):
     p = tmp_path / "s.yaml"
     p.write_text(textwrap.dedent(text))
     return p
-
-
-HEAD = "workloads: [cosmoflow]\nrepeats: 2\nbase: {interleave: true}\n"
-
-
-@pytest.mark.parametrize("text, fragment", [
-    (HEAD + "top_up: {precision: 0}\n", "s.yaml:4: top_up: precision is a relative half-width between 0 and 1"),
-    (HEAD + "top_up: {max_repeats: 2}\n", "s.yaml:4: top_up: max_repeats: expected an integer above the sweep's repeats (2)"),
-    (HEAD + "top_up: {budget_s: .nan}\n", "s.yaml:4: top_up: budget_s: expected seconds > 0"),
-    (HEAD + "top_up: {processes: 4}\n", "unknown key 'processes'; valid keys: precision, max_repeats, budget_s"),
-    (HEAD + "top_up: 4\n", "top_up: expected a mapping"),
-    ("workloads: [cosmoflow]\nrepeats: 2\ntop_up: {}\n", "top_up: needs `base: {interleave: true}`"),
-])
-def test_bad_top_up_names_line_key_and_valid_choices(tmp_path, text, fragment):
-    with pytest.raises(UsageError) as e:
-        sweep.load(_write(tmp_path, text))
-    assert fragment in str(e.value)
 
 
 def test_a_sweep_tops_up_the_imprecise_toggle_and_gates_the_extra_process(env, tmp_path):
