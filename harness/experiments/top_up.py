@@ -9,8 +9,9 @@ Two processes cannot say which level a third lands in: their random-effects inte
 (results/stats/interleaved.combine) is wide, and a sweep whose two processes happened to land
 in the same mode gives a tight interval that the next sweep's contradicts. Only more processes
 narrow that; pyperf spawns 20 processes per benchmark by default for the same reason (address
-space layout and other per-process state). A fixed 4 processes for every toggle would cost the
-demo 40% more; this spends a bounded time only where the processes disagreed or ended imprecise.
+space layout and other per-process state). A fixed 4 processes for every toggle would nearly
+double the demo (about 6 minutes against 3 here); this spends a bounded time only where the
+processes disagreed or ended imprecise.
 
 Policy (`top_up:` in a sweep file; `TopUp`):
 - after the planned repeats, in rounds: each round gives every interleaved configuration whose
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from harness.config.run_config import brief
 from harness.launch.backend import Cell, SweepPlan
+from results.stats import interleaved
 
 KEYS = ("precision", "max_repeats", "budget_s")
 
@@ -73,7 +75,6 @@ def wanting(estimates: dict[str, list[tuple[float, float, float]]], spec: TopUp)
     wants one more process by results/stats/interleaved.wants_more (fewer than max_repeats and a
     combined 95% half-width above the target). `estimates` maps a key to its processes'
     (ratio, ci_lo, ci_hi)."""
-    from results.stats import interleaved
     out = []
     for key, est in estimates.items():
         more, hw = interleaved.wants_more(est, spec.precision, spec.max_repeats)
@@ -139,4 +140,3 @@ class Rounds:
               f"one more (repeat {repeat})")
         self._last = self.clock()
         return len(plan.cells) - 1
-
