@@ -16,7 +16,9 @@ processes disagreed or ended imprecise.
 Policy (`top_up:` in a sweep file; `TopUp`):
 - after the planned repeats, in rounds: each round gives every interleaved configuration whose
   combined 95% half-width is above `precision`, and which has fewer than `max_repeats`
-  processes, one more process, in the sweep's order (so drift hits them alike);
+  processes, one more process, the widest interval first (under the budget the process goes
+  where it narrows most: in a fresh-clone demo on 2026-12-04 the sweep's order gave +channels_last
+  at +-15.6% and +compile at +-8.5% their third processes and left +amp=bf16 at +-22.6% without);
 - the top-up starts no process once `budget_s` seconds of it are spent, nor one that the longest
   top-up process so far would not fit in what is left (the running one always finishes);
 - a top-up process is an ordinary cell (cells.json), repeat number after the planned ones; its
@@ -119,8 +121,8 @@ class Rounds:
         elif self._last is not None:
             self.longest = max(self.longest, now - self._last)
         left = self.spec.budget_s - (now - self.started)
-        if not self._queue:
-            self._queue = wanting(self._estimates(plan), self.spec)
+        if not self._queue:  # a new round, the widest first (sorted is stable: ties keep the sweep's order)
+            self._queue = sorted(wanting(self._estimates(plan), self.spec), key=lambda w: -w[1])
         if not self._queue:
             return None
         if left <= 0 or left < self.longest:
