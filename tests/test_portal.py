@@ -2,6 +2,8 @@
 dir, seeded with a real tiny sweep plus crafted failure records (one with a hostile name)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import plotly.io
 import pytest
@@ -133,6 +135,37 @@ def test_overview_names_a_verdict_called_in_every_process(monkeypatch, modes_sto
     fig = plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)
     named = {x: tr.name for tr in fig.data if tr.name != "one repeat" for x in tr.x}
     assert named["+channels_last"] == VERDICT_NAMES["faster"] == "faster (CI above 1, or in every process)"
+
+
+def test_overview_shows_the_calibration_with_the_demos_topped_up_groups(monkeypatch, modes_store, tmp_path):
+    """A calibration sweep beside the modes sweep: five A/A trials (two tight, then two wide and a
+    tight one: the demo's top-up would add the fifth to the second pair). Overview prints the same
+    line as the sweep summary, its demo groups (2-3 processes) included."""
+    import json
+    import shutil
+
+    from results.analysis import calibration
+    from results.store.ingest import ingest_all
+    src, modes = modes_store
+    root = tmp_path / "results"
+    shutil.copytree(src / "runs", root / "runs")
+    frame = report.records_frame(root / "runs")
+    base = frame.loc[report.label_configs(frame) == "baseline", "record_dir"].iloc[0]
+    tight, wide = (1.0, 0.98, 1.02), (1.0, 0.85, 1.18)
+    for i, (r, lo, hi) in enumerate([tight, tight, wide, wide, tight]):
+        dst = root / "runs" / f"{Path(base).name}-cal{i}"
+        shutil.copytree(base, dst)
+        cfg = json.loads((dst / "config.json").read_text())
+        (dst / "config.json").write_text(json.dumps({**cfg, "run_id": dst.name, "repeat": i,
+                                                     "sweep": "calibrate@20261204T230000-1a2b3c"}))
+        summary = json.loads((dst / "summary.json").read_text())
+        (dst / "summary.json").write_text(json.dumps({**summary, "ab_ratio": r, "ab_lo": lo, "ab_hi": hi, "ab_pairs": 10}))
+    ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")
+    want = calibration.line(calibration.latest(report.records_frame(root / "runs")))
+    assert "0 of 5 trials" in want and "0 of 2 demo groups (2-3 processes, topped up as the demo is)" in want
+    at = app_page(monkeypatch, root)
+    assert at.selectbox[0].value == modes  # the newest sweep that is not a calibration
+    assert at.info[0].value == want
 
 
 def _run_ids(frame) -> list[str]:
