@@ -91,6 +91,18 @@ def seeded(tmp_path_factory, data_root):
     return root, crafted.name
 
 
+def copy_record(src, dst: Path, config: dict, summary: dict | None = None) -> Path:
+    """Record folder `src` copied to `dst` as a run of its own (run_id = dst's name), its config.json
+    and summary.json updated with these keys: a store shaped for a test from real records."""
+    import json
+    import shutil
+    shutil.copytree(src, dst)
+    for name, extra in (("config.json", {**config, "run_id": dst.name}), ("summary.json", summary or {})):
+        if extra:
+            (dst / name).write_text(json.dumps({**json.loads((dst / name).read_text()), **extra}))
+    return dst
+
+
 MODES = [(1.07, 1.04, 1.10), (1.30, 1.26, 1.34)]  # two processes' +channels_last (ratio, lo, hi): each faster
 
 
@@ -99,9 +111,6 @@ def modes_store(seeded, tmp_path_factory):
     """(results folder, sweep): the seeded sweep copied under a sweep of its own, its two
     +channels_last processes interleaved at MODES (the two modes +amp=bf16 showed on a Zen 4
     EPYC): their combined interval holds 1 while each process called it faster."""
-    import json
-    import shutil
-
     from results.analysis import speedups as report
     from results.store.ingest import ingest_all
     frame = report.records_frame(seeded[0] / "runs")
@@ -113,15 +122,12 @@ def modes_store(seeded, tmp_path_factory):
     for (_, row), label in zip(frame.iterrows(), report.label_configs(frame)):
         if row["sweep"] != sweep:
             continue
-        dst = root / "runs" / (Path(row["record_dir"]).name + "-modes")
-        shutil.copytree(row["record_dir"], dst)
-        cfg = json.loads((dst / "config.json").read_text())
-        (dst / "config.json").write_text(json.dumps({**cfg, "run_id": dst.name, "sweep": modes}))
+        summary = None
         if label == "+channels_last":
             r, lo, hi = next(processes)
-            summary = json.loads((dst / "summary.json").read_text())
-            (dst / "summary.json").write_text(json.dumps({**summary, "ab_ratio": r, "ab_lo": lo, "ab_hi": hi,
-                                                           "ab_pairs": 12}))
+            summary = {"ab_ratio": r, "ab_lo": lo, "ab_hi": hi, "ab_pairs": 12}
+        copy_record(row["record_dir"], root / "runs" / (Path(row["record_dir"]).name + "-modes"), {"sweep": modes},
+                    summary)
     assert next(processes, None) is None  # both +channels_last processes carry one
     ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")
     return root, modes

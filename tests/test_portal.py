@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from results.analysis import speedups as report
-from tests.conftest import REPO, XSS
+from tests.conftest import REPO, XSS, copy_record
 from tests.helpers import app_page
 
 APP = str(REPO / "portal" / "app.py")
@@ -141,7 +141,6 @@ def test_overview_shows_the_calibration_with_the_demos_topped_up_groups(monkeypa
     """A calibration sweep beside the modes sweep: five A/A trials (two tight, then two wide and a
     tight one: the demo's top-up would add the fifth to the second pair). Overview prints the same
     line as the sweep summary, its demo groups (2-3 processes) included."""
-    import json
     import shutil
 
     from results.analysis import calibration
@@ -153,13 +152,9 @@ def test_overview_shows_the_calibration_with_the_demos_topped_up_groups(monkeypa
     base = frame.loc[report.label_configs(frame) == "baseline", "record_dir"].iloc[0]
     tight, wide = (1.0, 0.98, 1.02), (1.0, 0.85, 1.18)
     for i, (r, lo, hi) in enumerate([tight, tight, wide, wide, tight]):
-        dst = root / "runs" / f"{Path(base).name}-cal{i}"
-        shutil.copytree(base, dst)
-        cfg = json.loads((dst / "config.json").read_text())
-        (dst / "config.json").write_text(json.dumps({**cfg, "run_id": dst.name, "repeat": i,
-                                                     "sweep": "calibrate@20261204T230000-1a2b3c"}))
-        summary = json.loads((dst / "summary.json").read_text())
-        (dst / "summary.json").write_text(json.dumps({**summary, "ab_ratio": r, "ab_lo": lo, "ab_hi": hi, "ab_pairs": 10}))
+        copy_record(base, root / "runs" / f"{Path(base).name}-cal{i}",
+                    {"repeat": i, "sweep": "calibrate@20261204T230000-1a2b3c"},
+                    {"ab_ratio": r, "ab_lo": lo, "ab_hi": hi, "ab_pairs": 10})
     ingest_all(root / "runs", f"sqlite:///{root / 'mlflow.db'}")
     want = calibration.line(calibration.latest(report.records_frame(root / "runs")))
     assert "0 of 5 trials" in want and "0 of 2 demo groups (2-3 processes, topped up as the demo is)" in want
