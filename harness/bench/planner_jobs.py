@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 from harness.bench.launch import run_harness, run_interleaved, run_recorded
@@ -52,7 +53,6 @@ def stage_compute_over_priced(plan: dict, stage_times: dict | None) -> float | N
     stages = plan.get("stages") or []
     if not stages or not stage_times or len(stage_times) != len(stages):
         return None
-    import statistics
     ratios = [(t["fwd_s"] + t["bwd_s"]) / (st["fwd_s"] + st["bwd_s"])
               for st, t in zip(stages, (stage_times[k] for k in sorted(stage_times, key=int)))
               if st["fwd_s"] + st["bwd_s"] > 0]
