@@ -22,7 +22,7 @@ PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 # fields added after the first release of the section: left out of the variant hash at their
 # defaults, so runs recorded before them keep their ids
 _LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep", "batch_split", "cp",
-                 "cp_method", "recompute")
+                 "cp_method", "recompute", "jobs")
 
 
 def _positive_int(name: str, value) -> None:
@@ -84,10 +84,20 @@ class Parallel:
     each rank's loss is weighted by its share, so the update equals the even split's. Empty =
     an equal share each."""
 
+    jobs: int = 1
+    """Independent jobs on the launched ranks: the world split into `jobs` equal, contiguous
+    groups, each a data-parallel job of its own (its own replicas and gradient all-reduce, its
+    share of the global batch: batch_split's entries for its ranks, else an equal share; nothing
+    passes between jobs). A step's time is the jobs' throughput-equivalent (harness/parallel/
+    jobs.py): global batch / sum over jobs of (job's samples / its slowest rank's step). What it
+    is for: each device kind's own job run at once on its own ranks, interleaved against the mixed
+    job on the same ranks, gives the seed's utilization bound drift-free (HETHUB, arXiv
+    2405.16256; harness/bench/planner_seed.py). Plain ddp only so far."""
+
     def __post_init__(self) -> None:
         if self.data not in DATA_STRATEGIES:
             raise UsageError(f"parallel.data must be one of {', '.join(DATA_STRATEGIES)}; got {self.data!r}")
-        for name in ("tp", "pp", "microbatches", "pp_virtual", "ep"):
+        for name in ("tp", "pp", "microbatches", "pp_virtual", "ep", "jobs"):
             _positive_int(name, getattr(self, name))
         if not isinstance(self.sp, bool):
             raise UsageError(f"parallel.sp expects a bool (true/false); got {self.sp!r}")
@@ -120,6 +130,9 @@ class Parallel:
             if self.tp > 1 or self.pp > 1 or self.ep > 1 or self.cp > 1:
                 raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
                                  "for unequal pipeline stages use parallel.pp_split")
+        if self.jobs > 1 and (self.data != "ddp" or self.model_parallel > 1 or self.ep > 1 or self.recompute != "none"):
+            raise UsageError(f"parallel.jobs={self.jobs} composes with plain parallel.data=ddp (and batch_split) so far; "
+                             f"got {self.label()}")
         if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data not in ("ddp", "fsdp")):
             raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp or fsdp so far (experts sharded "
                              f"over ep, the rest data parallel); got {self.label()}")
@@ -209,10 +222,10 @@ class Parallel:
         ranks is given and by the runner against the launched world (harness/parallel/strategies.py)."""
         if ranks == 1 and self.needs_ranks():
             what = (f"pp={self.pp}" if self.pp > 1 else f"ep={self.ep}" if self.ep > 1 else f"cp={self.cp}" if self.cp > 1
-                    else f"data={self.data}" if self.data != "ddp"
+                    else f"jobs={self.jobs}" if self.jobs > 1 else f"data={self.data}" if self.data != "ddp"
                     else f"batch_split={self.batch_split}" if self.batch_split else f"tp={self.tp}")
             return f"parallel.{what} needs more than one rank; launch with mpiexec -n N, srun or torchrun"
-        for name in ("pp", "tp", "ep", "cp"):
+        for name in ("pp", "tp", "ep", "cp", "jobs"):
             n = getattr(self, name)
             if ranks % n:
                 valid = ", ".join(str(t) for t in range(1, ranks + 1) if ranks % t == 0)
@@ -246,4 +259,5 @@ class Parallel:
     def label(self) -> str:
         """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8 ..."""
         return strategy_name(self.data, self.tp, self.sp, self.pp, self.pp_virtual, self.pp_schedule,
-                             self.microbatches, self.pp_split, self.ep, self.batch_split, self.cp, self.recompute)
+                             self.microbatches, self.pp_split, self.ep, self.batch_split, self.cp, self.recompute,
+                             self.jobs)

@@ -162,7 +162,7 @@ def analytic_comms(cfg: RunConfig, model: torch.nn.Module, workload, world: int,
         out["all_to_all"] += int(experts["all_to_all"])
         if experts["all_reduce"]:
             out["all_reduce"] += experts["all_reduce"]
-    dp = world // (p.tp * p.pp)
+    dp = world // (p.tp * p.pp * p.jobs)  # parallel.jobs: each job reduces over its own ranks
     if dp > 1:
         for kind, b in _data_parallel_volume(p.data, model, workload, dp, piped=pipeline is not None,
                                              ignore=experts["ignore"] if experts else ()).items():

@@ -54,8 +54,10 @@ def mesh(ts):
     ranks' own group: harness/parallel/context.py)."""
     if getattr(ts, "mesh", None) is None:
         from torch.distributed.device_mesh import init_device_mesh
-        tp, pp = ts.cfg.parallel.tp, ts.cfg.parallel.pp
-        if pp > 1:
+        tp, pp, jobs = ts.cfg.parallel.tp, ts.cfg.parallel.pp, ts.cfg.parallel.jobs
+        if jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (harness/parallel/jobs.py)
+            ts.mesh = init_device_mesh(ts.device.type, (jobs, ts.world // jobs), mesh_dim_names=("job", "dp"))
+        elif pp > 1:
             ts.mesh = init_device_mesh(ts.device.type, (pp, ts.world // (pp * tp), tp), mesh_dim_names=("pp", "dp", "tp"))
         else:
             ts.mesh = init_device_mesh(ts.device.type, (ts.world // tp, tp), mesh_dim_names=("dp", "tp"))
@@ -63,8 +65,8 @@ def mesh(ts):
 
 
 def _dp_degree(ts) -> int:
-    """Ranks the gradients are reduced over: dp x cp."""
-    return ts.world // (ts.cfg.parallel.tp * ts.cfg.parallel.pp)
+    """Ranks the gradients are reduced over: dp x cp (of one job, with parallel.jobs)."""
+    return ts.world // (ts.cfg.parallel.tp * ts.cfg.parallel.pp * ts.cfg.parallel.jobs)
 
 
 # -- builder steps --------------------------------------------------------------------------------
@@ -127,16 +129,22 @@ def apply_data_parallel(ts) -> None:
     ids = [torch.cuda.current_device()] if ts.device.type == "cuda" else None
     if ts.ddp_ignore:  # expert parallel's sharded experts: reduced by harness/parallel/expert.py
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(ts.model, ts.ddp_ignore)
-    ts.model = DistributedDataParallel(ts.model, device_ids=ids)
+    # parallel.jobs: each job's gradients over its own ranks only; else the world's default group
+    group = mesh(ts)["dp"].get_group() if ts.cfg.parallel.jobs > 1 else None
+    ts.model = DistributedDataParallel(ts.model, device_ids=ids, process_group=group)
 
 
 def _weigh_loss_by_share(ts) -> None:
     """Uneven data parallel (parallel.batch_split): rank r's mean loss over its n_r samples is
     scaled by n_r * dp / B. DDP and FSDP average gradients over the dp ranks, so the update is
     sum_r (n_r / B) grad(mean_r) = grad of the global batch's mean loss, the even split's; and
-    the mean of the scaled losses over ranks (dist.step_stats) is the global batch's loss."""
+    the mean of the scaled losses over ranks (dist.step_stats) is the global batch's loss.
+    With parallel.jobs, B and the shares are the rank's own job's (its slice of batch_split)."""
     dp = _dp_degree(ts)
     shares = ts.cfg.parallel.shares()
+    if ts.cfg.parallel.jobs > 1:
+        job = mesh(ts)["job"].get_local_rank()
+        shares = shares[job * dp:(job + 1) * dp]
     weight = shares[mesh(ts)["dp"].get_local_rank()] * dp / sum(shares)
     plain = ts.loss_fn
     ts.loss_fn = lambda out, y: plain(out, y) * weight

@@ -128,7 +128,8 @@ class _Side:
     rewarm: bool = True  # each block starts with an untimed step (block_plan)
 
     def step(self, device: torch.device) -> tuple[float, float, float, dict]:
-        """One training step: (global-batch loss, the slowest rank's step seconds, its data wait,
+        """One training step: (global-batch loss, the slowest rank's step seconds (the jobs'
+        throughput-equivalent step with parallel.jobs: loop.step_of), its data wait,
         the MoE figures or {}), device-synced; every rank gets the same figures (small collectives,
         off the clock)."""
         expert_parallel.reset(self.run.workload, self.run.ts.eval_model)  # MoE statistics: this step's only
@@ -142,7 +143,7 @@ class _Side:
         loss_v, rank_step, rank_data = dist_mod.step_stats(self.run.dist, float(loss), t2 - t0, t1 - t0,
                                                            self.run.ts.holds_loss)
         moe = expert_parallel.step_figures(self.run.workload, self.run.ts.eval_model, self.run.dist)
-        return loss_v, max(rank_step), max(rank_data), moe
+        return loss_v, loop.step_of(self.run.cfg, rank_step), max(rank_data), moe
 
 
 def _pipeline_clock(side: _Side):

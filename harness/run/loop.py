@@ -25,6 +25,7 @@ import staging
 from harness.run import data
 from harness.parallel import expert as expert_parallel
 from harness.parallel import dist as dist_mod
+from harness.parallel import jobs
 from harness.config.run_config import RunConfig
 from harness.parallel.dist import DistInfo
 from harness.run.mlperf_log import K
@@ -196,6 +197,13 @@ def _init(cfg: RunConfig, workload, rec, dist: DistInfo) -> tuple[_Run, object]:
                 global_batch // dp_world), loader
 
 
+def step_of(cfg: RunConfig, rank_step: list[float]) -> float:
+    """A step's time from every rank's: the slowest rank's, or with parallel.jobs the jobs'
+    throughput-equivalent step (harness/parallel/jobs.py)."""
+    p = cfg.parallel
+    return jobs.step_s(rank_step, p.jobs, p.shares() if p.batch_split else None)
+
+
 def _shares(cfg: RunConfig, dp_world: int) -> list[int] | None:
     """Samples per data-parallel rank when parallel.batch_split makes them unequal, else None."""
     return cfg.parallel.shares() if cfg.parallel.batch_split and dp_world > 1 else None
@@ -223,9 +231,11 @@ def _steps(run: _Run, loader, rec, run_start: float, run_start_pc: float) -> tup
         # global-batch loss and every rank's times: one small all_gather, outside the timing
         loss_v, rank_step, rank_data = dist_mod.step_stats(dist, float(loss), t2 - t0, t1 - t0, ts.holds_loss)
         row = dict(step=i, phase="warmup" if i < cfg.warmup_steps else "steady", t=t2 - run_start_pc, loss=loss_v,
-                   step_s=max(rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
+                   step_s=step_of(cfg, rank_step), data_s=max(rank_data))  # the slowest rank sets the pace
         if dist.world > 1:
             row.update(rank_step_s=rank_step, rank_data_s=rank_data)
+        if cfg.parallel.jobs > 1:
+            row.update(job_step_s=jobs.job_steps(rank_step, cfg.parallel.jobs))
         row.update(expert_parallel.step_figures(run.workload, ts.eval_model, dist))  # {} unless MoE
         rec.log_step(**row)
         if not math.isfinite(loss_v):

@@ -86,20 +86,21 @@ def strategy_labels(df: pd.DataFrame) -> pd.Series:
     fewest = ranks.groupby([df[c].astype(str) for c in GROUP]).transform("min")
     pp = [col(f"parallel.{k}", d) for k, d in (("pp", "1"), ("pp_virtual", "1"), ("pp_schedule", "1f1b"),
                                                 ("microbatches", "4"), ("pp_split", ""), ("ep", "1"),
-                                                ("batch_split", ""), ("cp", "1"), ("recompute", "none"))]
+                                                ("batch_split", ""), ("cp", "1"), ("recompute", "none"),
+                                                ("jobs", "1"))]
     keys = pd.Series(list(zip(col("parallel.data", "ddp"), col("parallel.tp", "1"), col("parallel.sp", "False"),
                               *pp, ranks, ranks > fewest)), index=df.index)
     return keys.map({k: _strategy_label(*k) for k in keys.unique()})  # a handful of distinct cells
 
 
 def _strategy_label(data: str, tp: str, sp: str, pp: str, pp_virtual: str, pp_schedule: str, microbatches: str,
-                    pp_split: str, ep: str, batch_split: str, cp: str, recompute: str, ranks: int,
+                    pp_split: str, ep: str, batch_split: str, cp: str, recompute: str, jobs: str, ranks: int,
                     more_ranks: bool) -> str:
     if (data == "ddp" and tp == "1" and pp == "1" and ep == "1" and cp == "1" and recompute == "none"
-            and not batch_split and not more_ranks):
+            and jobs == "1" and not batch_split and not more_ranks):
         return ""
     name = labels.strategy_name(data, int(tp), sp == "True", int(pp), int(pp_virtual), pp_schedule,
-                                int(microbatches), pp_split, int(ep), batch_split, int(cp), recompute)
+                                int(microbatches), pp_split, int(ep), batch_split, int(cp), recompute, int(jobs))
     return f"{name}@{ranks}"
 
 

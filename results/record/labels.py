@@ -36,9 +36,9 @@ def config_label(on: Sequence[str], widest: Sequence[str], strategy: str = "") -
 
 def strategy_name(data: str = "ddp", tp: int = 1, sp: bool = False, pp: int = 1, pp_virtual: int = 1,
                   pp_schedule: str = "1f1b", microbatches: int = 4, pp_split: str = "", ep: int = 1,
-                  batch_split: str = "", cp: int = 1, recompute: str = "none") -> str:
+                  batch_split: str = "", cp: int = 1, recompute: str = "none", jobs: int = 1) -> str:
     """ddp, zero1, zero2, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8,
-    pp2-gpipe-m4-split4.2, ep2, ddp-split3.1, cp2, fsdp+tp2+cp2, ddp+ac-full ..."""
+    pp2-gpipe-m4-split4.2, ep2, ddp-split3.1, cp2, fsdp+tp2+cp2, ddp+ac-full, jobs2xddp-split6.6.6.6 ..."""
     tp_part = f"tp{tp}{'+sp' if sp else ''}" if tp > 1 else ""
     pp_part = ""
     if pp > 1:
@@ -50,4 +50,5 @@ def strategy_name(data: str = "ddp", tp: int = 1, sp: bool = False, pp: int = 1,
     data_part = data if (data != "ddp" or not (tp_part or pp_part or ep_part or cp_part or ac_part)) else ""
     if batch_split:
         data_part += f"-split{batch_split.replace(',', '.')}"
-    return "+".join(x for x in (data_part, tp_part, pp_part, ep_part, cp_part, ac_part) if x)
+    name = "+".join(x for x in (data_part, tp_part, pp_part, ep_part, cp_part, ac_part) if x)
+    return f"jobs{jobs}x{name or 'ddp'}" if jobs > 1 else name

@@ -1,0 +1,89 @@
+"""parallel.jobs (harness/parallel/jobs.py): independent jobs on one launch. The step rule on
+known figures, the section's errors, and a real 4-rank run under mpiexec whose two jobs train
+apart (each its own gradient all-reduce), interleaved against the mixed job on the same ranks."""
+from __future__ import annotations
+
+import pytest
+
+from harness.parallel import jobs
+from results.record import schema
+from tests.conftest import harness, run_dirs, tiny_dataset
+from tests.test_parallel import STEPS, _only_new, mpirun
+
+
+def test_one_job_is_the_slowest_rank_and_equal_jobs_the_harmonic_mean():
+    assert jobs.step_s([1.0, 3.0, 2.0, 2.0], 1) == 3.0
+    # two jobs of equal batch: job 0's step 2 s (its slowest rank), job 1's 4 s -> 2 / (1/2 + 1/4)
+    assert jobs.step_s([2.0, 1.0, 4.0, 3.0], 2) == pytest.approx(2 / (1 / 2 + 1 / 4))
+    assert jobs.job_steps([2.0, 1.0, 4.0, 3.0], 2) == [2.0, 4.0]
+    assert jobs.members(6, 3) == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_unequal_jobs_weigh_each_by_its_samples():
+    # job 0 holds 16 samples at 4 s a step (4 samples/s), job 1 holds 8 at 8 s (1/s): 24 at 5/s
+    assert jobs.step_s([4.0, 4.0, 8.0, 8.0], 2, [8, 8, 4, 4]) == pytest.approx(24 / 5)
+
+
+def test_against_a_mixed_job_the_ratio_is_the_seeds_utilization():
+    """Mixed job: 24 samples in 4.5 s. Each kind's own job on half the batch: 12 in 3 s and 12
+    in 6 s, 6 samples/s together; the mixed job's 5.33/s is 0.889 of it (HETHUB's bound)."""
+    mixed, own = 4.5, jobs.step_s([3.0, 3.0, 6.0, 6.0], 2, [6, 6, 6, 6])
+    assert own / mixed == pytest.approx((24 / 4.5) / (12 / 3 + 12 / 6))
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["parallel.jobs=0"], "parallel.jobs must be an integer >= 1"),
+    (["parallel.jobs=2", "parallel.data=fsdp", "ranks=2"], "parallel.jobs=2 composes with plain parallel.data=ddp"),
+    (["parallel.jobs=3", "ranks=2"], "parallel.jobs=3 does not divide ranks=2; valid: 1, 2"),
+    (["parallel.jobs=2"], "parallel.jobs=2 needs more than one rank"),
+])
+def test_bad_jobs_is_one_line_exit_2(env, sets, fragment):
+    p = harness(env, "run", "lm", *[a for s in sets for a in ("--set", s)], "--no-ingest", timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert fragment in p.stderr
+
+
+def test_the_label_names_the_jobs():
+    from harness.config.parallel_config import Parallel
+    assert Parallel(jobs=2, batch_split="6,6,6,6").label() == "jobs2xddp-split6.6.6.6"
+    assert Parallel(jobs=2).label() == "jobs2xddp"
+
+
+@pytest.mark.slow
+def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job(env, data_root):
+    """Job 0 (ranks 0, 1: 6 and 2 samples) and job 1 (ranks 2, 3: 4 and 4). The first step's loss
+    is the global batch's (same initial weights, the reported loss is the mean of the jobs' batch
+    means); from then on it is not the one-rank run's, as it would be if the gradients were
+    averaged over all four ranks. Each job's all-reduce moves its replica's gradients. Then the
+    mixed job (one DDP over the four) interleaved against the jobs: a seed-utilization figure."""
+    tiny_dataset(data_root, "lm")
+    p = harness(env, "run", "lm", *STEPS)
+    assert p.returncode == 0, p.stderr
+    (ref_dir,) = run_dirs(env)
+    ref = [m["loss"] for m in schema.read_metrics(ref_dir) if m["kind"] == "step"]
+
+    before = set(run_dirs(env))
+    p = mpirun(env, 4, "run", "lm", *STEPS, "--set", "parallel.jobs=2", "--set", "parallel.batch_split=6,2,4,4")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]
+    steps = [m for m in rec["metrics"] if m["kind"] == "step"]
+    assert steps[0]["loss"] == pytest.approx(ref[0], rel=1e-5)
+    assert all(abs(m["loss"] / r - 1) > 1e-4 for m, r in zip(steps[1:], ref[1:]))  # not one world's update
+    for m in steps:
+        assert m["job_step_s"] == [max(m["rank_step_s"][:2]), max(m["rank_step_s"][2:])]
+        assert m["step_s"] == pytest.approx(jobs.step_s(m["rank_step_s"], 2, [6, 2, 4, 4]))
+    acc = rec["summary"]["parallel"]
+    assert acc["strategy"] == "jobs2xddp-split6.2.4.4"
+    assert acc["measured_per_step"]["all_reduce"]["bytes"] == pytest.approx(acc["analytic_per_step"]["all_reduce"],
+                                                                            rel=0.01)
+
+    before = set(run_dirs(env))
+    p = mpirun(env, 4, "run", "lm", *STEPS, "--set", "parallel.batch_split=5,5,3,3", "--set", "interleave=true",
+               "--set", "budget_s=4", "--set", "against=parallel.jobs=2;parallel.batch_split=4,4,4,4")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]
+    ab = rec["summary"]["ab"]
+    assert ab["against"] == "parallel.jobs=2;parallel.batch_split=4,4,4,4" and not ab["aa"]
+    assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
