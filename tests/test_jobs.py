@@ -87,3 +87,7 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
     ab = rec["summary"]["ab"]
     assert ab["against"] == "parallel.jobs=2;parallel.batch_split=4,4,4,4" and not ab["aa"]
     assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
+    base = ab["baseline"]  # the jobs' side: each job's own step beside the combined one
+    assert len(base["job_step_s"]) == len(base["step_s"])
+    for both, step in zip(base["job_step_s"], base["step_s"]):
+        assert step == pytest.approx(2 / (1 / both[0] + 1 / both[1]))

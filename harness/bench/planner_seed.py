@@ -14,7 +14,9 @@ Two inventories of the same four ranks, LM small, 1 thread a rank, under mpiexec
 Each homogeneous job is what `harness plan` chooses for that kind alone (its two devices, half
 the global batch) and is run as planned; the mixed job is run as planned. The choice itself is
 checked drift-free: each kind's pair runs its data-parallel plan against its pipeline plan in one
-process group, alternating blocks, and the measured ratio is set beside the predicted one (`choice`). Each side in separate
+process group, alternating blocks, and the measured ratio is set beside the predicted one (`choice`); so is the
+seed's utilization of the data-parallel plans (`seed_interleaved`): the mixed job against both kinds'
+own jobs run at once on their own ranks (parallel.jobs). Otherwise each side in separate
 launches, `rounds` times, alternating; step = the harness's median steady step of the slowest
 rank. Links and profiles are measured on the four ranks as the jobs hold them; the profile again
 before every round, each measurement sampled to +-2% (harness profile --precision). The plans are
@@ -121,6 +123,16 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
         for k, c in out["choice"].items():
             print(f"planner_seed choice {k}: chose {c['chosen']}; DP over PP {c['measured_dp_over_pp']:.3f}x "
                   f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] measured, {c['predicted_dp_over_pp']:.3f}x predicted", flush=True)
+        # the seed's utilization itself, drift-free: the mixed data-parallel job against both kinds'
+        # own jobs at once on the same four ranks (parallel.jobs), alternating blocks
+        out["seed_interleaved"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["dp"], batch, rounds)
+        si = out["seed_interleaved"]
+        if "skipped" in si:
+            print(f"planner_seed dp interleaved: not measured: {si['skipped']}", flush=True)
+        else:
+            print(f"planner_seed dp interleaved: seed utilization {si['measured']:.3f} [{si['ci95'][0]:.3f}, "
+                  f"{si['ci95'][1]:.3f}] measured, {si['predicted']:.3f} predicted; each kind's job step in it "
+                  f"{', '.join(f'{k} {v:.2f} s' for k, v in si['kind_steps_s'].items())}", flush=True)
         for shape in shapes:
             out["checks"][shape] = _check(jobs[shape], steps[shape], paired[shape], kinds, batch, memory[shape],
                                           in_situ[shape])
@@ -136,6 +148,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
     out["targets"] = {"choice_agrees_with_the_interleaved_ratio": all(c["agrees"] for c in out["choice"].values()),
                       "seed_utilization_at_least_0.95": all(c["utilization_seed_measured"] >= 0.95
                                                             for c in out["checks"].values()),
+                      "seed_utilization_interleaved_at_least_0.95": out["seed_interleaved"].get("measured", 0) >= 0.95,
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
     return out
@@ -175,6 +188,39 @@ def _choice(env: dict, tmp: Path, data_dir: Path, cpu: float, chosen: dict, dp: 
             "predicted_dp_over_pp": round(predicted, 4), "measured_dp_over_pp": round(got["speedup"], 4),
             "ci95": [round(lo, 4), round(hi, 4)], "error": round(predicted / got["speedup"] - 1, 4),
             "per_process": got["per_process"], "process_tau": got["process_tau"], "agrees": not wrong}
+
+
+def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], dp_jobs: dict, batch: int,
+                      processes: int) -> dict:
+    """The mixed data-parallel plan (the configuration) against each kind's own plan run at once
+    on its own two ranks (the other side: parallel.jobs=2, harness/parallel/jobs.py), in one
+    process group, alternating blocks. The speedup of the configuration over that side is the
+    mixed job's throughput over the sum of the kinds' own: the seed's utilization, with the
+    machine's drift between launches cancelled. Only when every plan is data parallel without
+    recomputation and the mixed plan's ranks are ordered kind by kind, as the jobs' are."""
+    from harness.bench.launch import other_side_median
+    from harness.bench.planner_jobs import interleaved_lm
+    mixed, own = dp_jobs["mixed"][0], [dp_jobs[k][0] for k in kinds]
+    if any(p["strategy"] != "dp" or p.get("recompute") or p.get("groups") for p in (mixed, *own)):
+        return {"skipped": "a plan is not plain data parallel: " + ", ".join(_label(p) for p in (mixed, *own))}
+    order = [k for k in kinds for _ in range(2)]
+    if plan_mod.rank_kinds(mixed) != order:
+        return {"skipped": f"the mixed plan's ranks are {plan_mod.rank_kinds(mixed)}, the jobs' {order}"}
+    split = plan_mod.split_text([n for p in own for n in p["batch_split"]])
+    got = interleaved_lm(env, tmp, data_dir, [kinds[k] for k in order], batch, processes, [
+        *plan_mod.overrides(mixed), f"against=parallel.jobs=2;parallel.batch_split={split}", "budget_s=40"])
+    pred_step = {k: dp_jobs[k][0]["predicted"]["step_s"] for k in kinds}
+    predicted = (batch / mixed["predicted"]["step_s"]) / sum(dp_jobs[k][1] / pred_step[k] for k in kinds)
+    per_job = [statistics.median(s[j] for s, ph in zip(b["job_step_s"], b["phase"]) if ph == "steady")
+               for b in (r["summary"]["ab"]["baseline"] for r in got["records"]) for j in range(2)]
+    return {"mixed": _label(mixed), "jobs": [_label(p) for p in own], "measured": round(got["speedup"], 4),
+            "ci95": [round(x, 4) for x in got["ci95"]], "predicted": round(predicted, 4),
+            "error": round(predicted / got["speedup"] - 1, 4), "per_process": got["per_process"],
+            "process_tau": got["process_tau"],
+            "mixed_step_s": [round(r["summary"]["median_step_s"], 4) for r in got["records"]],
+            "jobs_step_s": [round(other_side_median(r), 4) for r in got["records"]],
+            "kind_steps_s": {k: round(statistics.median(per_job[j::2]), 4) for j, k in enumerate(kinds)},
+            "kind_steps_predicted_s": {k: round(v, 4) for k, v in pred_step.items()}}
 
 
 def _paired_error(pairs: list[tuple[float, float]]) -> float:

@@ -43,6 +43,7 @@ from harness.config.run_config import RunConfig, Toggles
 from harness.measure.timing import now, sync
 from harness.parallel import dist as dist_mod
 from harness.parallel import expert as expert_parallel
+from harness.parallel import jobs
 from harness.parallel.dist import DistInfo
 from harness.parallel.strategies import data_shard
 from harness.run import data
@@ -126,6 +127,7 @@ class _Side:
     steps: int = 0       # steps taken so far, warm-up included (the data plan's index)
     block: int = 1       # steps per block, set from warm-up (block_plan)
     rewarm: bool = True  # each block starts with an untimed step (block_plan)
+    rank_step: list = dataclasses.field(default_factory=list)  # the last step's seconds on every rank
 
     def step(self, device: torch.device) -> tuple[float, float, float, dict]:
         """One training step: (global-batch loss, the slowest rank's step seconds (the jobs'
@@ -142,6 +144,7 @@ class _Side:
         self.steps += 1
         loss_v, rank_step, rank_data = dist_mod.step_stats(self.run.dist, float(loss), t2 - t0, t1 - t0,
                                                            self.run.ts.holds_loss)
+        self.rank_step = rank_step
         moe = expert_parallel.step_figures(self.run.workload, self.run.ts.eval_model, self.run.dist)
         return loss_v, loop.step_of(self.run.cfg, rank_step), max(rank_data), moe
 
@@ -210,6 +213,9 @@ class Interleaved:
                 else:
                     for key, v in (("step_s", step_s), ("data_s", data_s), ("loss", loss), ("phase", phase_now)):
                         base[key].append(v)
+                    n_jobs = side.run.cfg.parallel.jobs
+                    if n_jobs > 1:  # each job's own step beside their combined one
+                        base.setdefault("job_step_s", []).append(jobs.job_steps(side.rank_step, n_jobs))
             side.rng.save()
             return float(np.median(times))
 
