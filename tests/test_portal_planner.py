@@ -24,6 +24,20 @@ CHECK = {"workload": "lm/small", "measured_at": "2026-11-30T23:59:00Z", "checks"
      "planned_over_uniform_throughput": 3.5 / 2.6,
      "interleaved": {"measured_speedup": 1.3, "ci95": [1.25, 1.36], "predicted_speedup": 1.44, "error": 1.44 / 1.3 - 1}}]}
 
+# the figures of a real `planner_seed` run (2026-12-05 00:25-00:51, 4 ranks under CPU quotas), the
+# fields the page reads
+SEED_CHECK = {"workload": "lm/small", "global_batch": 24, "cpus": {"cpu0.5": 0.5, "cpu0.25": 0.25},
+              "measured_at": "2026-12-05T00:50:51Z", "checks": {
+                  "dp": {"mixed_plan": "dp x4 [8, 8, 4, 4]",
+                         "homogeneous": {"cpu0.5": {"plan": "dp x2 [6, 6]"}, "cpu0.25": {"plan": "dp x2 [6, 6]"}},
+                         "utilization_seed_measured": 0.984, "utilization_seed_predicted": 0.9418762710824055},
+                  "pp": {"mixed_plan": "pp 2 x (1 cpu0.25+1 cpu0.5 stages) [2, 4] M=12",
+                         "homogeneous": {"cpu0.5": {"plan": "pp 1 x (2 cpu0.5 stages) [3, 3] M=12"},
+                                         "cpu0.25": {"plan": "pp 1 x (2 cpu0.25 stages) [3, 3] M=12"}},
+                         "utilization_seed_measured": 0.9483, "utilization_seed_predicted": 0.995049065555611}},
+              "seed_interleaved": {"mixed": "dp x4 [8, 8, 4, 4]", "jobs": ["dp x2 [6, 6]", "dp x2 [6, 6]"],
+                                   "measured": 0.9061, "ci95": [0.7761, 1.0578], "predicted": 0.9419, "error": 0.0395}}
+
 
 @pytest.fixture(scope="module")
 def planner_store(tmp_path_factory):
@@ -34,6 +48,7 @@ def planner_store(tmp_path_factory):
                 "--global-batch", "6400", timeout=120)
     assert p.returncode == 0, p.stderr
     (root / "plans" / "check-20261130T235900.json").write_text(json.dumps(CHECK))
+    (root / "plans" / "seed-check-20261205T005051.json").write_text(json.dumps(SEED_CHECK))
     return root
 
 
@@ -51,26 +66,34 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert "dp 2x: planned [8, 4] vs uniform [6, 6]: 1.35x the throughput" in at.text[0].value
     assert ("interleaved in one process group, planned/uniform 1.300x [1.250, 1.360] measured, 1.440x predicted "
             "(+10.8%)") in at.text[0].value
+    # utilization as the seed counts it, measured: separate launches and the drift-free interleaved row
+    seed = at.dataframe[1].value
+    assert seed.to_dict("records") == plan_report.seed_frame(plan_report.newest_seed_check(planner_store)).to_dict("records")
+    assert list(seed["how measured"]) == ["separate launches", "separate launches", "interleaved, both kinds' jobs at once"]
+    assert list(seed["seed utilization measured"]) == [0.984, 0.9483, 0.9061]
+    assert list(seed["95% interval"])[2] == "[0.776, 1.058]"
+    assert at.text[1].value == ("Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable "
+                                "from the seed's 0.95; predicted 0.942 (+4.0%).")
     plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
     assert "SIMULATION from estimates" in at.markdown[0].value and "llama2-70b" in at.markdown[0].value
-    per_kind = at.dataframe[2].value.set_index("device")  # the chosen strategy per kind: its group, its part
+    per_kind = at.dataframe[3].value.set_index("device")  # the chosen strategy per kind: its group, its part
     assert any(m.value == "**The chosen strategy per kind**" for m in at.markdown)
     assert dict(per_kind["devices"]) == {"H100": 500, "Ascend-910B": 400, "MI250X": 700}
     for kind, g in plan["groups"].items():
         assert (per_kind.loc[kind, "tensor parallel"], per_kind.loc[kind, "context parallel"]) == (g["tp"], g["cp"])
         assert f"stages in each of {plan['replicas']} pipelines" in per_kind.loc[kind, "its part"]
-    stages = at.dataframe[4].value
+    stages = at.dataframe[5].value
     assert list(stages["blocks"]) == plan["pp_split"] and list(stages["device"]) == plan["stage_order"]
-    summary = at.dataframe[3].value.set_index("split")
+    summary = at.dataframe[4].value.set_index("split")
     assert summary.loc["planned", "predicted step ms"] == round(1000 * plan["predicted"]["step_s"], 1)
     assert summary.loc["uniform", "predicted step ms"] == round(1000 * plan["uniform"]["predicted"]["step_s"], 1)
     assert summary.loc["planned", "utilization (seed)"] == round(plan["predicted"]["utilization_seed"], 3)
-    cands = at.dataframe[5].value  # the strategies the search compared, the chosen one first
+    cands = at.dataframe[6].value  # the strategies the search compared, the chosen one first
     assert list(cands["plan"]) == [c["plan"] for c in plan["candidates"]] and cands["plan"].iloc[0].startswith(
         f"pp {plan['replicas']} x")
     assert list(cands["predicted step ms"]) == [round(1000 * c["step_s"], 1) for c in plan["candidates"]]
     assert any(m.value == f"Why this plan: {plan['why']}" for m in at.markdown)
-    alone = at.dataframe[6].value.set_index("device")
+    alone = at.dataframe[7].value.set_index("device")
     assert set(alone.index) == {"H100", "Ascend-910B", "MI250X"}
     assert alone.loc["H100", "samples/s alone"] == round(plan["homogeneous"]["H100"]["samples_per_s"], 2)
 
@@ -103,4 +126,6 @@ def test_planner_page_in_chromium(planner_store):
         assert "The strategies compared" in body and "Each kind on its own" in body
         assert "The chosen strategy per kind" in body
         assert "Utilization (seed), as HETHUB counts it" in body
+        assert "Utilization as the seed counts it: measured on two ranks of each kind" in body
+        assert "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable" in body
         browser.close()

@@ -26,16 +26,20 @@ rounds. Why: two profiles of the same ranks twenty minutes apart once priced one
 apart while the runs agreed; the first profile's error alone is kept beside it."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from harness.bench.launch import run_harness
 from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm, stage_compute_over_priced
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
+from results.planner import report as plan_report
+from results.record.paths import results_root
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
 
@@ -151,6 +155,10 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2) -> 
                       "seed_utilization_interleaved_at_least_0.95": out["seed_interleaved"].get("measured", 0) >= 0.95,
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
+    out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    d = results_root() / plan_report.SUBDIR  # for the portal's Planner page (results/planner/report.py)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"seed-check-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(out, indent=1))
     return out
 
 
@@ -158,7 +166,6 @@ def _profiled(profiles: dict[str, Path]) -> dict:
     """What a round's profile says of each kind: whole-model seconds per sample at microbatch 1
     (the pipelines') and 8 (data parallel's fast share), how many of its figures reached the
     precision target, and the quota it was held to (so a round that profiled fast can be explained)."""
-    import json
     from results.planner.layer_costs import from_profile
     out = {}
     for k, d in profiles.items():

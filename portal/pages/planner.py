@@ -41,6 +41,16 @@ if check is not None:
     st.caption(f"From {check['file']} ({check.get('workload')}, ranks held by cgroup CPU quotas; measured at "
                f"{check.get('measured_at', 'see the file')}).")
 
+seed = plan_report.newest_seed_check(root)
+if seed is not None:
+    st.subheader("Utilization as the seed counts it: measured on two ranks of each kind")
+    st.dataframe(plan_report.seed_frame(seed), hide_index=True, width="stretch")
+    st.text(plan_report.seed_verdict(seed))
+    st.caption(f"From {seed['file']} ({seed.get('workload')}, global batch {seed.get('global_batch')}, CPUs per kind "
+               f"{seed.get('cpus')}; measured at {seed.get('measured_at', 'see the file')}). Separate launches carry "
+               "the machine's drift between them; the interleaved row runs the mixed job and both kinds' own jobs "
+               "in one process group, alternating.")
+
 if plans:
     st.subheader("Plans")
     choice = st.selectbox("plan", [str(p) for p in plans], format_func=lambda p: p.rsplit("/", 1)[-1])

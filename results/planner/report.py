@@ -168,3 +168,47 @@ def inventory_frame(plan: dict) -> pd.DataFrame:
     for k in plan["devices"]:
         kinds[k] = kinds.get(k, 0) + 1
     return pd.DataFrame([{"device": k, "count": n, "costs from": plan["sources"].get(k, "")} for k, n in kinds.items()])
+
+
+# -- utilization as the seed counts it, measured (`make perf` planner_seed: results/plans/seed-check-*.json)
+SHAPES = {"dp": "data parallel", "pp": "pipelines"}
+
+
+def newest_seed_check(results: Path) -> dict | None:
+    files = sorted((results / SUBDIR).glob("seed-check-*.json"))
+    for f in reversed(files):
+        c = read_plan(f)
+        if c and isinstance(c.get("checks"), dict):
+            return {**c, "file": str(f)}
+    return None
+
+
+def seed_frame(check: dict) -> pd.DataFrame:
+    """One row per shape measured in separate launches (the mixed job, then each kind's own job,
+    alternating; the median over rounds), and one for the data-parallel plans interleaved in one
+    process group (the mixed job against both kinds' own jobs at once: drift-free)."""
+    rows = []
+    for shape, c in check["checks"].items():
+        rows.append({"shape": SHAPES.get(shape, shape), "how measured": "separate launches",
+                     "mixed plan": c["mixed_plan"],
+                     "each kind's own plan": "; ".join(f"{k}: {h['plan']}" for k, h in c["homogeneous"].items()),
+                     "seed utilization measured": c["utilization_seed_measured"],
+                     "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
+    si = check.get("seed_interleaved") or {}
+    if "measured" in si:
+        rows.append({"shape": SHAPES["dp"], "how measured": "interleaved, both kinds' jobs at once",
+                     "mixed plan": si["mixed"], "each kind's own plan": "; ".join(si["jobs"]),
+                     "seed utilization measured": si["measured"], "95% interval": f"[{si['ci95'][0]:.3f}, {si['ci95'][1]:.3f}]",
+                     "seed utilization predicted": si["predicted"]})
+    return pd.DataFrame(rows)
+
+
+def seed_verdict(check: dict) -> str:
+    """Whether the seed's 0.95 is reached, by the drift-free figure where there is one."""
+    si = check.get("seed_interleaved") or {}
+    if "measured" not in si:
+        return f"Interleaved figure not measured: {si.get('skipped', 'not in this check')}."
+    lo, hi = si["ci95"]
+    where = "above" if lo >= 0.95 else "below" if hi < 0.95 else "not distinguishable from"
+    return (f"Data parallel, drift-free: seed utilization {si['measured']:.3f} [{lo:.3f}, {hi:.3f}], {where} the seed's "
+            f"0.95; predicted {si['predicted']:.3f} ({100 * si['error']:+.1f}%).")
