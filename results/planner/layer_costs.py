@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,8 @@ class Costs:
     """One device kind's costs for one model. Per layer kind: fwd(kind, b), bwd(kind, b) in
     seconds for a microbatch of b samples; saved(kind, b) bytes kept for backward."""
 
+    _spread: dict | None = None  # set by __init__; a subclass that does not call it measured none
+
     def __init__(self, *, name: str, params: dict[str, int], n_blocks: int, boundary_bytes_per_sample: float,
                  state_bytes_per_param: float, grad_bytes_per_param: float, optimizer_s_per_param: float,
                  times: dict[str, dict[str, list[tuple[int, float]]]] | None = None,
@@ -81,7 +84,8 @@ class Costs:
                  measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
                  kv_bytes_per_sample: float | None = None, kv_heads: int | None = None,
                  grad_copy_s_per_byte: float = 0.0, shares: dict | None = None,
-                 in_step: dict | None = None, tp_splits: tuple[str, ...] = KINDS):
+                 in_step: dict | None = None, tp_splits: tuple[str, ...] = KINDS,
+                 spread: dict[str, list[tuple[int, float]]] | None = None):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -107,6 +111,9 @@ class Costs:
         # the layer kinds tensor parallel splits: all three for a what-if (Megatron's and torchtitan's
         # vocabulary-parallel embedding and head), what the workload's plan splits for a profile
         self.tp_splits = tuple(tp_splits)
+        # {"fwd": [(b, cv)], "bwd": ...}: a block's pass-to-pass spread (std / mean of the profile's
+        # timed passes) at each profiled microbatch; None for an estimate or an older profile
+        self._spread = spread
 
     def fwd(self, kind: str, b: float) -> float:
         if self._times is not None:
@@ -117,6 +124,15 @@ class Costs:
         if self._times is not None:
             return _interp(self._times[kind]["bwd"], b)
         return 2 * self._flop[kind] * b / self._flop_s
+
+    def cv(self, b: float) -> tuple[float, float]:
+        """A block's forward and backward spread (std / mean) at microbatch b, the nearest profiled
+        one's outside the profiled sizes; (0, 0) without a measured spread. A stage's operation
+        takes its block's: under a CPU quota a stage of 2-4 blocks spread 9-12% per microbatch,
+        as one block did in its profile (7-12%), so the noise is not independent block by block."""
+        if not self._spread:
+            return 0.0, 0.0
+        return _share_at(self._spread["fwd"], b), _share_at(self._spread["bwd"], b)
 
     def profiled_microbatches(self) -> tuple[int, int] | None:
         """The smallest and largest microbatch the profile timed a block at (between them times are
@@ -238,7 +254,7 @@ def from_profile(name: str, record: Path) -> Costs:
                           for k, rows in s.get("in_step", {}).items() if isinstance(rows, list) and rows},
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  # profiles older than the key: the LM's plan has only ever split the blocks
-                 tp_splits=tuple(s.get("tp_splits", ["block"])),
+                 tp_splits=tuple(s.get("tp_splits", ["block"])), spread=_spread(s["layers"].get("block", [])),
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "
@@ -246,6 +262,17 @@ def from_profile(name: str, record: Path) -> Costs:
                         + "".join(f"; {n} measured" for n, v in s.get("shards", {}).items() if v == "measured")
                         + "".join(f"; {n} group timed" for n, v in s.get("in_step", {}).items() if isinstance(v, list))
                         + ")")
+
+
+def _spread(rows: list[dict]) -> dict[str, list[tuple[int, float]]] | None:
+    """Each profiled microbatch's pass-to-pass spread of a block (std / mean of its timed passes);
+    None where a row kept fewer than 3 passes (profiles before the samples were kept)."""
+    def cv(xs: list[float]) -> float:
+        return statistics.pstdev(xs) / statistics.fmean(xs)
+    rows = sorted(rows, key=lambda r: r["microbatch"])
+    if not rows or any(len(r.get(f"{d}_samples_s") or []) < 3 for r in rows for d in ("fwd", "bwd")):
+        return None
+    return {d: [(r["microbatch"], cv(r[f"{d}_samples_s"])) for r in rows] for d in ("fwd", "bwd")}
 
 
 def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> Costs:

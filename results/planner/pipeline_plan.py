@@ -8,7 +8,7 @@ import math
 from functools import reduce
 from itertools import permutations
 
-from results.analysis.schedule import StageCost, min_max_split, simulate
+from results.analysis.schedule import StageCost, min_max_split, simulate, simulate_expected
 from results.planner.inventory import Inventory, PlanError, relay_between
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
@@ -88,8 +88,9 @@ def pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: 
                relay=lambda a, b: False) -> dict:
     """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
     host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
-    between the first and last stage). A stage's data-parallel all-reduce stays among its own kind."""
-    return simulate(schedule, _stage_costs(stages, costs, links, b, dp, relay), m)
+    between the first and last stage). A stage's data-parallel all-reduce stays among its own kind.
+    The expected step over the stages' measured spreads (schedule.simulate_expected)."""
+    return simulate_expected(schedule, _stage_costs(stages, costs, links, b, dp, relay), m)
 
 
 def lower_bound(sc: list[StageCost], m: int) -> float:
@@ -129,7 +130,7 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
         # replicate's copies of the stage's gradients into its buckets and back, with the optimizer
         copy_s = c.grad_copy_s(st["params"]) if dp > 1 else 0.0
         sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b, nxt), reduce_s,
-                            c.optimizer_s_per_param * st["params"] + copy_s))
+                            c.optimizer_s_per_param * st["params"] + copy_s, *c.cv(b)))
     return sc
 
 
@@ -207,19 +208,24 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
                 break  # no order left can beat the best simulated step
             sim = simulate(schedule, sc, m)
             if best is None or sim["step_s"] < best[0]["step_s"]:
-                best = (sim, stages, m, list(kinds))
+                best = (sim, stages, m, list(kinds), sc)
     if best is None and cutoff < math.inf:
         raise PlanError(f"no split beats {cutoff:.3g} s")
     if best is None:
         small = min(inv.devices, key=lambda d: d.memory_bytes)
         raise PlanError(f"no split fits: device {small.kind} ({small.memory_bytes / 1e9:g} GB) is too small for any "
                         f"stage even with recomputation")
-    sim, stages, m, kinds = best
+    typical, stages, m, kinds, sc = best
+    # the search ranks by the step of typical durations; the plan's figure is its expectation over
+    # the stages' measured spreads (schedule.simulate_expected: the same where nothing was measured)
+    sim = simulate_expected(schedule, sc, m)
     b = per_replica // m
     out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
            "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,
            "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
     out["predicted"] = {**_pp_figures(sim, batch, devices, costs), "fits_memory": True}
+    if "draws" in sim:  # the spread mattered: the step of typical durations beside it
+        out["predicted"]["step_s_typical"] = typical["step_s"]
     if with_uniform:
         out["uniform"] = pp_uniform(inv, costs, links, batch, out)
     return out

@@ -102,6 +102,7 @@ class GroupCosts(Costs):
         self.optimizer_s_per_param = base.optimizer_s_per_param
         self.grad_copy_s_per_byte = base.grad_copy_s_per_byte
         self.measured = base.measured
+        self._spread = base._spread  # a member's block runs as noisily as the whole block (not measured apart)
         dims = [(d, v) for d, v in (("tp", g.tp), ("cp", g.cp)) if v > 1]
         self.measured_shards = [f"{d}{v}" for d, v in dims if base.shard_fraction(d, v, 1, False) is not None]
         told = ", ".join(f"{d}{v} compute {'measured' if f'{d}{v}' in self.measured_shards else f'/ {v}'}"

@@ -1,0 +1,73 @@
+"""The pipeline's expected step over noisy operations (results/analysis/schedule.simulate_expected)
+against closed forms and bounds, the block's spread read from a profile's passes
+(layer_costs.Costs.cv), and a pipeline plan that carries both figures."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from results.analysis import schedule as step_sim
+from results.planner import layer_costs
+from results.planner import search as planner
+from results.planner.links import LinkModel
+from tests.test_planner import FREE, _inv, _linear
+
+
+def _stages(cv: float, p: int = 2, f: float = 0.1, b: float = 0.2) -> list[step_sim.StageCost]:
+    return [step_sim.StageCost(f, b, cv_fwd=cv, cv_bwd=cv) for _ in range(p)]
+
+
+def test_without_a_spread_the_expectation_is_the_step_itself():
+    sc = [step_sim.StageCost(0.1, 0.2, 0.01), step_sim.StageCost(0.15, 0.25)]
+    assert step_sim.simulate_expected("1f1b", sc, 8) == step_sim.simulate("1f1b", sc, 8)
+
+
+def test_one_microbatch_runs_in_series_so_the_expectation_is_the_sum_of_lognormal_means():
+    """M = 1: every forward and backward waits for the one before it, so the step is their sum,
+    and a lognormal with median t and spread cv has mean t * sqrt(1 + cv^2)."""
+    cv = 0.3
+    got = step_sim.simulate_expected("gpipe", _stages(cv, p=3), 1, draws=4000)
+    assert got["draws"] == 4000
+    assert got["step_s"] == pytest.approx(3 * 0.3 * math.sqrt(1 + cv * cv), rel=0.02)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_handoffs_cost_more_than_the_mean_durations_and_more_with_more_spread(schedule):
+    """Jensen: a step is a maximum over paths of sums, convex in the durations, so its expectation
+    is at least the step of the mean durations (t * sqrt(1 + cv^2) each); with 12 microbatches
+    handed between two equal stages it is strictly above, and grows with the spread."""
+    typical = step_sim.simulate(schedule, _stages(0.0), 12)["step_s"]
+    got = [step_sim.simulate_expected(schedule, _stages(cv), 12)["step_s"] for cv in (0.05, 0.1, 0.2)]
+    for cv, g in zip((0.05, 0.1, 0.2), got):
+        assert g > 1.005 * typical * math.sqrt(1 + cv * cv)
+    assert got[0] < got[1] < got[2]
+    assert step_sim.simulate_expected(schedule, _stages(0.1), 12) == step_sim.simulate_expected(schedule, _stages(0.1), 12)
+
+
+def test_a_profiles_passes_give_the_blocks_spread_at_each_microbatch():
+    rows = [{"microbatch": 1, "fwd_samples_s": [0.9, 1.0, 1.1], "bwd_samples_s": [2.0, 2.0, 2.0]},
+            {"microbatch": 4, "fwd_samples_s": [3.0, 4.0, 5.0], "bwd_samples_s": [7.0, 8.0, 9.0]}]
+    spread = layer_costs._spread(rows)
+    assert spread["fwd"][0] == (1, pytest.approx(math.sqrt(2 / 3) * 0.1 / 1.0))
+    assert spread["bwd"][0] == (1, 0.0)
+    c = _linear("x", 0.01)
+    assert c.cv(2) == (0.0, 0.0)  # no measured spread: none assumed
+    c._spread = spread
+    assert c.cv(1) == spread["fwd"][0][1:] + spread["bwd"][0][1:]
+    assert c.cv(16) == spread["fwd"][1][1:] + spread["bwd"][1][1:]  # beyond the profiled sizes: the nearest
+    assert layer_costs._spread([{**rows[0], "fwd_samples_s": [1.0, 1.0]}]) is None  # too few passes for a spread
+
+
+def test_a_pipeline_plan_prices_its_expected_step_beside_the_typical_one(tmp_path):
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.02)}
+    inv, links = _inv(("fast", 1, 1e12), ("slow", 1, 1e12)), LinkModel(FREE, tmp_path)
+    plain = planner.plan(inv, costs, links, 8, "pp")
+    assert "step_s_typical" not in plain["predicted"]
+    for c in costs.values():
+        c._spread = {"fwd": [(1, 0.1)], "bwd": [(1, 0.1)]}
+    noisy = planner.plan(inv, costs, links, 8, "pp")
+    assert noisy["pp_split"] == plain["pp_split"]  # ranked by the typical step: the same plan
+    assert noisy["predicted"]["step_s_typical"] == pytest.approx(plain["predicted"]["step_s"])
+    assert noisy["predicted"]["step_s"] > noisy["predicted"]["step_s_typical"]
+    assert noisy["uniform"]["predicted"]["step_s"] > plain["uniform"]["predicted"]["step_s"]
