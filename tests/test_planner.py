@@ -241,6 +241,13 @@ def test_plan_from_measured_profiles_writes_a_cell_that_names_the_split(tiny_pro
     assert p.returncode == 0, p.stderr
     assert "batch split  8,8" in p.stdout  # the same profile twice: equal devices, equal shares
     assert 'batch_split: "8,8"' in cell.read_text() and "ranks: [2]" in cell.read_text()
+    # a pipeline from a measured profile: its expected step over the blocks' measured spread, the
+    # step of median durations beside it (results/analysis/schedule.simulate_expected)
+    p = harness(env, "plan", "--devices", str(inv), "--size", "tiny", "--global-batch", "16", "--strategy", "pp")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(Path(p.stdout.split("plan: ")[-1].split()[0]).read_text())
+    assert plan["predicted"]["step_s"] > plan["predicted"]["step_s_typical"] > 0
+    assert f"{1e3 * plan['predicted']['step_s_typical']:.1f} ms with every operation at its median" in p.stdout
     p = harness(env, "plan", "--devices", str(inv), "--size", "small", "--global-batch", "16")
     assert p.returncode == 2 and "its profile is of lm/tiny, not lm/small" in p.stderr
 
