@@ -49,6 +49,9 @@ def planner_store(tmp_path_factory):
     assert p.returncode == 0, p.stderr
     (root / "plans" / "check-20261130T235900.json").write_text(json.dumps(CHECK))
     (root / "plans" / "seed-check-20261205T005051.json").write_text(json.dumps(SEED_CHECK))
+    # newer, but malformed: a check without its figures, and a truncated file; the page shows the good one
+    (root / "plans" / "seed-check-20261205T010000.json").write_text(json.dumps({"checks": {"dp": {"mixed_plan": "x"}}}))
+    (root / "plans" / "seed-check-20261205T020000.json").write_text(json.dumps(SEED_CHECK)[:100])
     return root
 
 
@@ -67,6 +70,7 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert ("interleaved in one process group, planned/uniform 1.300x [1.250, 1.360] measured, 1.440x predicted "
             "(+10.8%)") in at.text[0].value
     # utilization as the seed counts it, measured: separate launches and the drift-free interleaved row
+    assert plan_report.newest_seed_check(planner_store)["file"].endswith("seed-check-20261205T005051.json")
     seed = at.dataframe[1].value
     assert seed.to_dict("records") == plan_report.seed_frame(plan_report.newest_seed_check(planner_store)).to_dict("records")
     assert list(seed["how measured"]) == ["separate launches", "separate launches", "interleaved, both kinds' jobs at once"]

@@ -21,6 +21,7 @@ Model (what the harness runs: harness/parallel/pipeline.py over torch.distribute
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -143,7 +144,6 @@ def simulate_expected(schedule: str, costs: list[StageCost], m: int, draws: int 
     medians 4.32 s, this on their measured spreads 4.47 s."""
     if not any(c.cv_fwd or c.cv_bwd for c in costs):
         return simulate(schedule, costs, m)
-    import random
     rng = random.Random(seed)
     sigma: dict[float, float] = {}
 

@@ -175,11 +175,18 @@ SHAPES = {"dp": "data parallel", "pp": "pipelines"}
 
 
 def newest_seed_check(results: Path) -> dict | None:
+    """The newest seed-check file the page can show: a malformed or truncated one is passed over
+    for the one before it, so one bad file never blanks the page."""
     files = sorted((results / SUBDIR).glob("seed-check-*.json"))
     for f in reversed(files):
         c = read_plan(f)
-        if c and isinstance(c.get("checks"), dict):
-            return {**c, "file": str(f)}
+        if not (isinstance(c, dict) and isinstance(c.get("checks"), dict)):
+            continue
+        try:
+            seed_frame(c), seed_verdict(c)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            continue
+        return {**c, "file": str(f)}
     return None
 
 
