@@ -8,7 +8,8 @@ import pytest
 from harness.parallel import jobs
 from results.record import schema
 from tests.conftest import harness, run_dirs, tiny_dataset
-from tests.test_parallel import STEPS, _only_new, mpirun
+from tests.helpers import mpirun
+from tests.test_parallel import STEPS, _only_new
 
 
 def test_one_job_is_the_slowest_rank_and_equal_jobs_the_harmonic_mean():
@@ -63,7 +64,8 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
     ref = [m["loss"] for m in schema.read_metrics(ref_dir) if m["kind"] == "step"]
 
     before = set(run_dirs(env))
-    p = mpirun(env, 4, "run", "lm", *STEPS, "--set", "parallel.jobs=2", "--set", "parallel.batch_split=6,2,4,4")
+    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, "--set", "parallel.jobs=2", "--set",
+               "parallel.batch_split=6,2,4,4", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = schema.read_record(_only_new(env, before), with_metrics=True)
     assert rec["status"]["status"] == "finished", rec["status"]
@@ -79,8 +81,8 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
                                                                             rel=0.01)
 
     before = set(run_dirs(env))
-    p = mpirun(env, 4, "run", "lm", *STEPS, "--set", "parallel.batch_split=5,5,3,3", "--set", "interleave=true",
-               "--set", "budget_s=4", "--set", "against=parallel.jobs=2;parallel.batch_split=4,4,4,4")
+    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, "--set", "parallel.batch_split=5,5,3,3", "--set", "interleave=true",
+               "--set", "budget_s=4", "--set", "against=parallel.jobs=2;parallel.batch_split=4,4,4,4", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = schema.read_record(_only_new(env, before), with_metrics=True)
     assert rec["status"]["status"] == "finished", rec["status"]
