@@ -81,7 +81,8 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
                                                                             rel=0.01)
 
     before = set(run_dirs(env))
-    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, "--set", "parallel.batch_split=5,5,3,3", "--set", "interleave=true",
+    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, "--set", "parallel.batch_split=5,5,3,3",
+               "--set", "interleave=true",
                "--set", "budget_s=4", "--set", "against=parallel.jobs=2;parallel.batch_split=4,4,4,4", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = schema.read_record(_only_new(env, before), with_metrics=True)
