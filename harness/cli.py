@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.config.run_config import RunConfig, UsageError, settable_keys
 from harness.config.errors import one_line
+from harness.measure import allocator
 from harness.parallel.dist import default_device
 from results.record import toggles as toggle_decl
 from results.record.comm import COLLECTIVES
@@ -273,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     try:
+        allocator.hold()  # before anything is built or timed (harness/measure/allocator.py: why)
         problem = results_root_problem()
         if problem and args.cmd not in ("list", "info", "doctor"):
             raise UsageError(problem)

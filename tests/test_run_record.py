@@ -57,6 +57,8 @@ def test_record_is_complete(tiny_run):
     for pkg in ("torch", "nvidia-dali-cuda120", "mlflow", "mlperf-logging"):
         assert env["versions"][pkg], pkg
     assert "harness" in env["command"] and "steps=5" in env["command"]
+    # the run timed with glibc's malloc thresholds fixed (harness/measure/allocator.py)
+    assert env["malloc"] == {"malloc": "fixed", "mmap_threshold": 32 << 20, "trim_threshold": 1 << 30}
     steps = [m for m in rec["metrics"] if m["kind"] == "step"]
     assert [m["phase"] for m in steps] == ["warmup"] * 2 + ["steady"] * 5
     assert all(m["step_s"] > 0 and m["data_s"] >= 0 for m in steps)

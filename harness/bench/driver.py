@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,7 +50,8 @@ import numpy as np
 import torch
 
 from harness.run import data
-from harness.measure import envinfo
+from harness.config.errors import UsageError
+from harness.measure import allocator, envinfo
 from harness.run import loop
 from harness.bench import comm as perf_comm
 from harness.bench import context_parallel as perf_cp
@@ -204,13 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=list(BENCHMARKS), action="append")
     p.add_argument("--out", default=str(REPO_ROOT / "results" / "perf" / "perf.json"))
     args = p.parse_args(argv)
+    try:  # the cells that time in this process, as `harness` does (allocator.py)
+        host_malloc = allocator.hold()
+    except UsageError as e:
+        print(f"harness.bench: error: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figures = json.loads(out.read_text()) if out.exists() else {}
     for name in args.only or BENCHMARKS:
         t0 = time.time()
         figures[name] = {**BENCHMARKS[name](), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                         "wall_s": round(time.time() - t0, 1), "host_cpu": envinfo._cpu_model()}
+                         "wall_s": round(time.time() - t0, 1), "host_cpu": envinfo._cpu_model(),
+                         "malloc": host_malloc["malloc"]}
         print(name, json.dumps(figures[name], indent=1))
         out.write_text(json.dumps(figures, indent=1))
     print(f"figures written to {out}")

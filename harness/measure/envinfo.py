@@ -9,6 +9,8 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from harness.measure import allocator
 from results.record.paths import REPO_ROOT
 
 PACKAGES = ("torch", "nvidia-dali-cuda120", "mlflow", "mlperf-logging", "numpy", "mpi4py", "mpich")
@@ -81,6 +83,7 @@ def capture() -> dict:
         "torch_threads": torch.get_num_threads(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "malloc": allocator.state(),  # glibc's thresholds fixed or adaptive (allocator.py)
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         **gpu_info(),
         "hostname": socket.gethostname(),
