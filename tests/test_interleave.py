@@ -147,6 +147,24 @@ def test_calibration_counts_false_positives_and_combines_two_by_two():
     assert "none yet" in calibration.line(None)
 
 
+def test_replication_counts_pairs_of_intervals_holding_each_others_estimate():
+    """Valid 95% intervals of one quantity hold each other's estimate in about 83% of pairs
+    (calibration.REPLICATION_CAPTURE); intervals half as wide as they should be, in about 52%."""
+    rng = np.random.default_rng(11)
+    se, mu = 0.02, np.log(1.3)
+
+    def groups(width: float) -> list[dict]:
+        x = rng.normal(mu, se, 400)
+        return [{"ratio": math.exp(v), "ci_lo": math.exp(v - width * se), "ci_hi": math.exp(v + width * se)} for v in x]
+    inside, n = calibration.replication(groups(1.96))
+    assert n == 400 * 399 // 2
+    assert inside / n == pytest.approx(calibration.REPLICATION_CAPTURE, abs=0.03)
+    narrow, _ = calibration.replication(groups(0.98))
+    assert narrow / n == pytest.approx(0.52, abs=0.04)
+    assert calibration.replication([{"ratio": 1.0, "ci_lo": 0.99, "ci_hi": 1.01}, None,
+                                    {"ratio": 1.05, "ci_lo": 1.04, "ci_hi": 1.06}]) == (0, 1)
+
+
 def test_one_real_interleaved_pair_in_one_process(env, data_root):
     """CosmoFlow tiny, +channels_last against its baseline in one process: both sides' steps are
     recorded, the blocks alternate A B | B A, the ratio of the blocks is the record's figure, the

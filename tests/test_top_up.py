@@ -170,6 +170,10 @@ def test_the_calibration_groups_a_a_trials_as_the_demos_top_up_does():
     cal = calibration.latest(df)
     assert (cal["topped_groups"], cal["topped_false_positives"], cal["topped_sizes"]) == (3, 0, [2, 4, 2])
     assert "0 of 3 demo groups (2-4 processes, topped up as the demo is)" in calibration.line(cal)
+    # the three groups' combined intervals, every two: each holds the others' estimate of 1.0
+    assert (cal["replication_inside"], cal["replication_pairs"]) == (3, 3)
+    assert "their intervals held each other's estimate in 3 of 3 pairs (100%; two valid 95% intervals: about 83%)" \
+        in calibration.line(cal)
     even = calibration.latest(df.iloc[:2])
     assert "0 of 1 demo groups (2 processes each, none topped up)" in calibration.line(even)
 

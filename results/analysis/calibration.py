@@ -28,6 +28,11 @@ MAX_RATE = 0.05      # a 95% interval's false-positive rate, at most
 # the demo's processes (harness/sweeps/demo.yaml: repeats, then top_up's precision and max_repeats;
 # tests/test_top_up.py pins these to the file): trials are also grouped as its top-up groups them
 DEMO_PROCESSES, DEMO_TOP_UP_PRECISION, DEMO_TOP_UP_MOST = 2, 0.05, 4
+# Two valid 95% intervals of one quantity hold each other's estimate about 83% of the time, not
+# 95%: the two estimates differ by N(0, 2 se^2) and a half-width is 1.96 se, so P(|Z| < 1.96 / sqrt 2)
+# = 0.834 (Cumming & Maillardet 2006, "where will the next mean fall?"; less where the widths differ).
+# It is what "two demos' speedups lie inside each other's intervals" can reach per toggle.
+REPLICATION_CAPTURE = 0.834
 
 
 def latest(df: pd.DataFrame) -> dict | None:
@@ -52,15 +57,27 @@ def latest(df: pd.DataFrame) -> dict | None:
     # the demo's whole rule: 2 processes, topped up to 4 while the combined interval is wider than +-5%
     groups = interleaved.topped_up_groups(est, DEMO_PROCESSES, DEMO_TOP_UP_PRECISION, DEMO_TOP_UP_MOST)
     called_g = [interleaved.verdict(g)[0] != "within noise" for g in groups]
+    inside, pairs_of_groups = replication([interleaved.combine(g) for g in groups])
     hw = [interleaved.half_width(lo, hi, r) for r, lo, hi in est]
     return {"sweep": sweep, "workload": f"{g['workload'].iloc[0]}/{g['size'].iloc[0]}",
             "trials": len(est), "false_positives": int(sum(called)), "rate": float(np.mean(called)),
             "pairs_of_two": len(pairs), "pair_false_positives": int(sum(called2)),
             "topped_groups": len(groups), "topped_false_positives": int(sum(called_g)),
             "topped_sizes": [len(g) for g in groups],
+            "replication_inside": inside, "replication_pairs": pairs_of_groups,
             "median_half_width": float(np.median(hw)),
             "precision_reached": int(g.get("ab_precision_reached", pd.Series(0, index=g.index)).fillna(0).sum()),
             "ratios": [round(r, 4) for r, _, _ in est]}
+
+
+def replication(combined: list[dict | None]) -> tuple[int, int]:
+    """(pairs whose intervals each hold the other's estimate, pairs) over every two of the demo
+    groups' combined estimates (interleaved.combine): what two demos of an A/A toggle would show,
+    to set beside REPLICATION_CAPTURE. Groups without an interval are left out."""
+    c = [x for x in combined if x is not None]
+    pairs = [(a, b) for i, a in enumerate(c) for b in c[i + 1:]]
+    inside = sum(a["ci_lo"] <= b["ratio"] <= a["ci_hi"] and b["ci_lo"] <= a["ratio"] <= b["ci_hi"] for a, b in pairs)
+    return inside, len(pairs)
 
 
 def line(cal: dict | None) -> str:
@@ -74,6 +91,10 @@ def line(cal: dict | None) -> str:
     how = (f"{min(sizes)}-{max(sizes)} processes, topped up as the demo is" if sizes and max(sizes) > min(sizes)
            else f"{sizes[0]} processes each, none topped up" if sizes else "")
     topped = f"; {cal['topped_false_positives']} of {cal['topped_groups']} demo groups ({how})" if sizes else ""
+    n, k = cal.get("replication_pairs", 0), cal.get("replication_inside", 0)
+    if n:  # records read back from a store written before this figure have neither key
+        topped += (f"; their intervals held each other's estimate in {k} of {n} pairs ({k / n:.0%}; two valid "
+                   f"95% intervals: about {REPLICATION_CAPTURE:.0%})")
     return (f"A/A calibration {cal['sweep']} ({cal['workload']}): {cal['false_positives']} of {cal['trials']} "
             f"trials called a difference ({cal['rate']:.0%}, {verdict} the 5% a 95% interval allows){two}{topped}; "
             f"median half-width {cal['median_half_width']:.1%}")
