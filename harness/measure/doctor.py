@@ -104,8 +104,8 @@ def _malloc_check(state: dict) -> Check:
     """glibc's adaptive mmap threshold moves a process's step level (allocator.py): fixed in every
     harness process unless HARNESS_MALLOC=dynamic, or where the C library has no mallopt."""
     if state["malloc"] == "fixed":
-        return Check("host allocator", True, f"glibc malloc thresholds fixed (mmap {state['mmap_threshold'] >> 20} MiB, "
-                                              f"trim {state['trim_threshold'] >> 20} MiB)")
+        mmap, trim = state["mmap_threshold"] >> 20, state["trim_threshold"] >> 20
+        return Check("host allocator", True, f"glibc malloc thresholds fixed (mmap {mmap} MiB, trim {trim} MiB)")
     if state["malloc"] == "dynamic":
         return Check("host allocator", False, f"glibc's adaptive thresholds ({state['why']})",
                      f"unset {allocator.ENV}: a process's level then moves with what it freed first "
