@@ -35,8 +35,9 @@ TRIM_THRESHOLD = 1 << 30  # bytes of free memory at the heap's top kept rather t
 _state: dict | None = None
 
 
-def choice(env: dict | None = None) -> str:
-    value = (os.environ if env is None else env).get(ENV, "fixed").strip().lower() or "fixed"
+def choice() -> str:
+    """HARNESS_MALLOC's value (fixed when unset); UsageError naming the choices otherwise."""
+    value = os.environ.get(ENV, "fixed").strip().lower() or "fixed"
     if value not in CHOICES:
         raise UsageError(f"{ENV}={value!r} is not a choice; valid choices: {', '.join(CHOICES)}")
     return value
