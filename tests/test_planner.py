@@ -318,7 +318,7 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
     recs = sorted((tmp_path / "profiles").glob("profile-lm-tiny-*"))
     assert len(recs) == 2
     ranks = set()
-    passes_held = []
+    passes_held, summaries = [], []
     for r in recs:
         s = json.loads((r / "summary.json").read_text())
         rank = s["profiled_with"]["rank"]
@@ -329,9 +329,12 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
         # each measurement lasted at least cell_s: more passes than the repeats asked for
         assert len(s["layers"]["embedding"][0]["fwd_samples_s"]) > 1
         passes_held.append([row["held_passes"] for rows in s["layers"].values() for row in rows])
+        summaries.append(s)
     assert ranks == {0, 1}
-    # a cell ends when the last rank's rule is met, and that rank runs no pass past it
-    assert all(min(cell) == 0 for cell in zip(*passes_held)), passes_held
+    # the rounds end when the last rank's last rule is met: that cell ran no pass past its rule,
+    # while a rank done first sampled on (held passes) until its peer was
+    assert any(min(held) == 0 for held in passes_held), passes_held
+    assert all(s["timed"]["how"] == "rounds" for s in summaries)
 
 
 @settings(max_examples=200, deadline=None)

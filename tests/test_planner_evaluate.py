@@ -70,22 +70,22 @@ def test_what_it_cannot_price_is_one_line(tmp_path):
 
 
 def test_the_profile_samples_until_its_median_is_precise_or_the_budget_ends(monkeypatch):
-    """harness/planning/profile._stop on synthetic pass times, with a clock the test moves."""
-    from harness.planning import profile
+    """harness/planning/cells.stop on synthetic pass times, with a clock the test moves."""
+    from harness.planning import cells
     clock = [0.0]
-    monkeypatch.setattr(profile, "now", lambda: clock[0])
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
     steady = [1.0, 1.001, 0.999, 1.0, 1.002, 0.998]
-    assert profile._stop(steady[:2], 0.0, 2, 0.0, 0.0, 4.0) == "repeats"  # precision off: just the repeats
-    assert profile._stop(steady[:5], 0.0, 2, 0.0, 0.02, 4.0) is None  # 5 samples: no 95% interval of a median yet
-    assert profile._stop(steady, 0.0, 2, 0.0, 0.02, 4.0) == "precision"
-    assert profile._stop(steady, 0.0, 10, 0.0, 0.02, 4.0) is None  # never before `repeats` passes
+    assert cells.stop(steady[:2], 0.0, 2, 0.0, 0.0, 4.0) == "repeats"  # precision off: just the repeats
+    assert cells.stop(steady[:5], 0.0, 2, 0.0, 0.02, 4.0) is None  # 5 samples: no 95% interval of a median yet
+    assert cells.stop(steady, 0.0, 2, 0.0, 0.02, 4.0) == "precision"
+    assert cells.stop(steady, 0.0, 10, 0.0, 0.02, 4.0) is None  # never before `repeats` passes
     clock[0] = 0.5
-    assert profile._stop(steady, 0.0, 2, 1.0, 0.02, 4.0) is None  # nor before cell_s (ranks busy together)
+    assert cells.stop(steady, 0.0, 2, 1.0, 0.02, 4.0) is None  # nor before cell_s (ranks busy together)
     noisy = [1.0, 1.5, 0.7, 1.3, 0.9, 1.6, 0.8]
-    assert profile._stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) is None  # wide interval, budget left: go on
+    assert cells.stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) is None  # wide interval, budget left: go on
     clock[0] = 4.0
-    assert profile._stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) == "budget"
-    assert profile._half_width(steady) == pytest.approx((1.002 - 0.998) / 2 / 1.0)
+    assert cells.stop(noisy, 0.0, 2, 0.0, 0.02, 4.0) == "budget"
+    assert cells.half_width(steady) == pytest.approx((1.002 - 0.998) / 2 / 1.0)
 
 
 def test_a_cohort_ends_a_cell_only_when_every_rank_has_met_its_rule():
@@ -125,22 +125,31 @@ def test_a_cohort_rank_whose_peers_never_finish_stops_with_an_error():
         c.done(False)
 
 
-def test_in_a_cohort_a_layer_is_timed_until_every_rank_is_done(monkeypatch):
-    """_time_layer with a cohort that ends after its peers: passes go on after this rank's rule
-    was met, are kept, and counted as held."""
+def test_in_a_cohort_the_rounds_go_on_until_every_rank_is_done():
+    """time_in_rounds with a cohort that ends after its peers: passes go on after this rank's
+    rules were met, are kept, and counted as held."""
     import torch
 
-    from harness.planning import profile
+    from harness.planning import cells
 
-    class Peers:  # this rank's rule is met at once; the peers' after 5 more of its passes
+    class Peers:  # this rank's rules are met at once; the peers' after 5 more of its rounds
         def __init__(self):
-            self.asked = 0
+            self.asked, self.started = 0, 0
+
+        def start(self):
+            self.started += 1
 
         def done(self, mine):
             self.asked += mine
             return self.asked > 5
 
-    row = profile._time_layer(torch.nn.Linear(4, 4), lambda: torch.ones(2, 4), None, repeats=1, cohort=Peers())
-    assert row["ended_by"] == "repeats" and row["held_passes"] == 5 and len(row["fwd_samples_s"]) == 6
-    alone = profile._time_layer(torch.nn.Linear(4, 4), lambda: torch.ones(2, 4), None, repeats=1)
+    def layer():
+        return cells.Layer(torch.nn.Linear(4, 4), lambda: torch.ones(2, 4))
+    peers = Peers()
+    rows = cells.time_in_rounds({"a": layer(), "b": layer()}, repeats=1, cohort=peers)
+    assert peers.started == 1  # one measurement: the whole profile, started together
+    for row in rows.values():
+        assert row["ended_by"] == "repeats" and row["held_passes"] == 5 and len(row["fwd_samples_s"]) == 6
+        assert row["rounds"] == 6
+    alone = cells.time_in_rounds({"a": layer()}, repeats=1)["a"]
     assert alone["held_passes"] == 0 and len(alone["fwd_samples_s"]) == 1

@@ -181,10 +181,10 @@ def test_profile_times_the_shards_this_size_has_and_says_why_not_the_others(tmp_
 
 
 def test_a_share_is_timed_in_alternating_passes_with_the_block(monkeypatch):
-    """_time_share on a fake clock: the block takes 10 + 20 ms, the member 6 + 12 ms, so its share
+    """cells.Share on a fake clock: the block takes 10 + 20 ms, the member 6 + 12 ms, so its share
     is 0.6 both ways, every pair's; the passes alternate A B B A (drift within a pair cancels
     over two pairs), and the member's own times are its row's."""
-    from harness.planning import profile
+    from harness.planning import cells
     clock, order = [0.0], []
     costs = {"whole": (0.010, 0.020), "part": (0.006, 0.012)}
 
@@ -193,13 +193,13 @@ def test_a_share_is_timed_in_alternating_passes_with_the_block(monkeypatch):
         f, b = costs[module]
         clock[0] += f + b
         return f, b, 100, 10
-    monkeypatch.setattr(profile, "_pass", fake_pass)
-    monkeypatch.setattr(profile, "now", lambda: clock[0])
-    row = profile._time_share(("whole", None), ("part", None), repeats=4)
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    row = cells.time_in_rounds({"share": cells.Share(("whole", None), ("part", None))}, repeats=4)["share"]
     assert row["share_fwd"] == pytest.approx(0.6) and row["share_bwd"] == pytest.approx(0.6)
     assert row["fwd_s"] == pytest.approx(0.006) and row["bwd_s"] == pytest.approx(0.012)
     assert order[2:10] == ["whole", "part", "part", "whole", "whole", "part", "part", "whole"]  # after 2 untimed
-    assert row["ended_by"] == "repeats" and len(row["share_samples"]) == 4
+    assert row["ended_by"] == "repeats" and row["share_samples"] == pytest.approx([0.6] * 4)
 
 
 def test_profile_cli_refuses_a_bad_shard_in_one_line():

@@ -1,0 +1,184 @@
+"""The layer profile's measurements, timed in rounds: every cell one pass a round, until each
+cell's stop rule is met (harness/planning/profile.py's figures are read from these rows).
+
+Why rounds: the planner prices a step from many cells (per layer kind, per microbatch, the
+optimizer, the gradient copy), and what it needs is their costs *relative to each other*. Timed
+one stretch after another, each cell met the machine in a different state: on a 0.25-CPU rank
+the block's cost per sample came out 168, 173, 147, 147, 146 ms at microbatches 1-12 in one
+profile and 151, 151, 153, 183, 152 in the next (2026-12-05), and the planner's choice between
+data parallel and pipelines missed by 8-10%. Visited in rounds, every cell samples every stretch
+of the profile, so drift moves them together; the order reverses each round (A B C, C B A) so a
+trend within a round cancels over two, as the run engine's A B B A blocks do
+(harness/run/interleave.py).
+
+A cell's stop rule (`stop`): never before `repeats` passes and `cell_s` seconds; then when the
+distribution-free 95% interval of its median pass is within +-precision, or when the profile's
+budget (budget_s per cell, all cells together) has gone by. A cell whose rule is met samples on
+while the others finish (its later passes are kept and counted as held), and in a cohort of
+ranks profiled together (harness/planning/cohort.py) the rounds end once every rank's cells all
+have: no rank is timed on a machine its peers have left quieter.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from harness.measure.timing import now
+from results.stats.estimators import median_interval
+
+
+def _saved_bytes(fn) -> tuple[object, int]:
+    """fn()'s result and the bytes autograd saved for its backward (each storage once)."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if t.device.type != "meta":
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(seen.values())
+
+
+def one_pass(module, make_input, loss_fn) -> tuple[float, float, int, int]:
+    """One forward and backward of `module` on make_input(): (fwd s, bwd s, bytes autograd saved,
+    the output's bytes). With loss_fn the backward starts from the loss, else from ones."""
+    x = make_input()
+    module.zero_grad(set_to_none=True)
+    t0 = now()
+    out, saved = _saved_bytes(lambda: module(x) if loss_fn is None else loss_fn(module(x)))
+    t1 = now()
+    out.backward(None if loss_fn else torch.ones_like(out))
+    t2 = now()
+    return t1 - t0, t2 - t1, saved, (out.numel() * out.element_size() if loss_fn is None else 0)
+
+
+def half_width(samples: list[float]) -> float:
+    """The 95% interval of the median relative to it (+-); inf with too few samples for one."""
+    interval = median_interval(samples)
+    return float("inf") if interval is None else (interval[1] - interval[0]) / (2 * statistics.median(samples))
+
+
+def finite(x: float) -> float | None:
+    return x if x != float("inf") else None  # JSON has no infinity
+
+
+def stop(samples: list[float], started: float, repeats: int, cell_s: float, precision: float,
+         budget_s: float) -> str | None:
+    """Why a cell's sampling may end now, or None to go on (see the module docstring). Two
+    profiles of the same four ranks twenty minutes apart once predicted the same plan 17% apart
+    with 3 passes a cell: the profile's own spread, not the model's, bounded the planner."""
+    elapsed = now() - started
+    if len(samples) < repeats or elapsed < cell_s:
+        return None
+    if precision <= 0:
+        return "repeats"
+    if half_width(samples) <= precision:
+        return "precision"
+    return "budget" if elapsed >= max(budget_s, cell_s) else None
+
+
+class Layer:
+    """A layer kind at one microbatch: forward and backward of `module` on make_input()."""
+
+    def __init__(self, module, make_input, loss_fn=None):
+        self.args = (module, make_input, loss_fn)
+        self.fwd: list[float] = []
+        self.bwd: list[float] = []
+        self.samples: list[float] = []  # the rule's statistic: forward + backward seconds
+        self.saved = self.out_bytes = 0
+
+    def warm(self) -> None:  # allocator and kernel warm-up, untimed
+        _, _, self.saved, self.out_bytes = one_pass(*self.args)
+
+    def visit(self) -> None:
+        f, b, self.saved, self.out_bytes = one_pass(*self.args)
+        self.fwd.append(f)
+        self.bwd.append(b)
+        self.samples.append(f + b)
+
+    def row(self) -> dict:
+        return {"fwd_s": statistics.median(self.fwd), "bwd_s": statistics.median(self.bwd),
+                "fwd_samples_s": self.fwd, "bwd_samples_s": self.bwd, "saved_bytes": self.saved,
+                "out_bytes": self.out_bytes}
+
+
+class Share(Layer):
+    """`part` (a group member's block: shards.py) timed in alternating passes with `whole` (the
+    block), A B then B A, so that its share of the block, a ratio, is free of the machine's
+    drift: the medians of the per-pair ratios, forward and backward (share_fwd, share_bwd). The
+    rule's statistic is the total's ratio. `whole` and `part`: (module, input maker)."""
+
+    def __init__(self, whole: tuple, part: tuple):
+        super().__init__(*part)
+        self.whole = Layer(*whole)
+
+    def warm(self) -> None:
+        self.whole.warm()
+        super().warm()
+
+    def visit(self) -> None:
+        if len(self.samples) % 2 == 0:
+            self.whole.visit()
+            super().visit()
+        else:
+            super().visit()
+            self.whole.visit()
+        self.samples[-1] = (self.fwd[-1] + self.bwd[-1]) / self.whole.samples[-1]  # the pair's ratio
+
+    def row(self) -> dict:
+        wf, wb = self.whole.fwd, self.whole.bwd
+        return {**super().row(), "share_fwd": statistics.median(p / w for p, w in zip(self.fwd, wf)),
+                "share_bwd": statistics.median(p / w for p, w in zip(self.bwd, wb)), "share_samples": self.samples}
+
+
+class Call:
+    """Seconds of fn() per call (the optimizer's step, the gradients' copy)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.samples: list[float] = []
+
+    def warm(self) -> None:
+        self.fn()
+
+    def visit(self) -> None:
+        t0 = now()
+        self.fn()
+        self.samples.append(now() - t0)
+
+    def row(self) -> dict:
+        return {"median_s": statistics.median(self.samples), "samples_s": self.samples}
+
+
+def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
+                   budget_s: float = 4.0, cohort=None) -> dict:
+    """Every cell warmed once, then visited once a round, the order reversed each round, until
+    every cell's rule is met (in a cohort: every rank's every cell). The budget is budget_s per
+    cell, all cells together. Returns each cell's row with its interval's half-width, what ended
+    its rule (precision, repeats or budget), and how many passes it ran after that."""
+    if cohort:
+        cohort.start()
+    for cell in cells.values():
+        cell.warm()
+    names = list(cells)
+    ended: dict[str, str] = {}
+    held = dict.fromkeys(names, 0)
+    start, rounds, over = now(), 0, False
+    while not over:
+        for name in (names if rounds % 2 == 0 else reversed(names)):
+            cells[name].visit()
+            held[name] += name in ended
+        rounds += 1
+        for name in names:
+            if name not in ended:
+                why = stop(cells[name].samples, start, repeats, cell_s, precision, budget_s * len(names))
+                if why:
+                    ended[name] = why
+        mine = len(ended) == len(names)
+        over = mine if cohort is None else cohort.done(mine)
+    return {name: {**cells[name].row(), "half_width": finite(half_width(cells[name].samples)),
+                   "ended_by": ended[name], "held_passes": held[name], "rounds": rounds} for name in names}

@@ -1,0 +1,81 @@
+"""harness/planning/cells.py: the profile's cells timed in rounds, on a fake clock and passes
+whose cost drifts, as the VM's does."""
+from __future__ import annotations
+
+import pytest
+
+from harness.planning import cells
+
+
+@pytest.fixture
+def drifting(monkeypatch):
+    """Passes whose cost is the module's base cost times (1 + drift x passes so far): a machine
+    that slows down 1% a pass. Returns the order the passes ran in."""
+    clock, order = [0.0], []
+
+    def fake_pass(module, make_input, loss_fn):
+        base, drift = module
+        cost = base * (1 + drift * len(order))
+        order.append(module)
+        clock[0] += cost
+        return cost / 3, 2 * cost / 3, 0, 0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    return order
+
+
+def test_rounds_recover_two_cells_cost_ratio_under_drift_where_stretches_do_not(drifting):
+    a, b = (0.001, 0.01), (0.002, 0.01)  # b costs twice a, and the machine slows 1% a pass
+    rows = cells.time_in_rounds({"a": cells.Layer(a, None), "b": cells.Layer(b, None)}, repeats=20)
+    ratio = (rows["b"]["fwd_s"] + rows["b"]["bwd_s"]) / (rows["a"]["fwd_s"] + rows["a"]["bwd_s"])
+    assert ratio == pytest.approx(2.0, rel=0.01)
+    assert drifting[2:6] == [a, b, b, a]  # after the two untimed: the order reverses each round
+    assert rows["a"]["rounds"] == rows["b"]["rounds"] == 20 and rows["a"]["ended_by"] == "repeats"
+    # the same two cells timed one stretch after the other, as the profile did before: 14% off
+    first = cells.time_in_rounds({"a": cells.Layer(a, None)}, repeats=20)["a"]
+    then = cells.time_in_rounds({"b": cells.Layer(b, None)}, repeats=20)["b"]
+    stretched = (then["fwd_s"] + then["bwd_s"]) / (first["fwd_s"] + first["bwd_s"])
+    assert stretched > 2.2
+
+
+def test_the_budget_is_per_cell_for_all_cells_together(monkeypatch):
+    """Two cells never precise (their passes alternate 1x and 1.5x): the rounds end when 2 x
+    budget_s has gone by, each cell's rule naming the budget."""
+    clock, n = [0.0], {"a": 0, "b": 0}
+
+    def fake_pass(module, make_input, loss_fn):
+        n[module] += 1
+        cost = 0.0625 * (1.5 if n[module] % 2 else 1.0)
+        clock[0] += cost
+        return cost, 0.0, 0, 0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
+                                precision=0.001, budget_s=1.0)
+    assert {r["ended_by"] for r in rows.values()} == {"budget"}
+    assert 2.0 <= clock[0] <= 2.0 + 2 * 0.0625 * 1.5 + 2 * 0.0625 * 1.5  # warm-up passes and one round over
+    assert rows["a"]["half_width"] > 0.001
+
+
+def test_a_precise_cell_samples_on_while_another_is_not_and_says_so(monkeypatch):
+    clock = [0.0]
+    noisy = iter([1.0, 1.4, 0.8, 1.3, 0.9, 1.5, 0.7] * 100)
+
+    def fake_pass(module, make_input, loss_fn):
+        cost = 0.01 if module == "steady" else 0.01 * next(noisy)
+        clock[0] += cost
+        return cost, 0.0, 0, 0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    rows = cells.time_in_rounds({"steady": cells.Layer("steady", None), "noisy": cells.Layer("noisy", None)},
+                                repeats=3, precision=0.02, budget_s=0.5)
+    assert rows["steady"]["ended_by"] == "precision" and rows["steady"]["held_passes"] > 0
+    assert rows["noisy"]["ended_by"] == "budget" and rows["noisy"]["held_passes"] == 0
+    assert len(rows["steady"]["fwd_samples_s"]) == len(rows["noisy"]["fwd_samples_s"])  # one pass a round each
+
+
+def test_a_call_cell_times_each_call():
+    calls = []
+    row = cells.time_in_rounds({"opt": cells.Call(lambda: calls.append(1))}, repeats=4)["opt"]
+    assert len(calls) == 5 and len(row["samples_s"]) == 4  # one untimed, then the repeats
+    assert row["median_s"] >= 0 and row["ended_by"] == "repeats"
