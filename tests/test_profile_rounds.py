@@ -79,3 +79,22 @@ def test_a_call_cell_times_each_call():
     row = cells.time_in_rounds({"opt": cells.Call(lambda: calls.append(1))}, repeats=4)["opt"]
     assert len(calls) == 5 and len(row["samples_s"]) == 4  # one untimed, then the repeats
     assert row["median_s"] >= 0 and row["ended_by"] == "repeats"
+
+
+def test_a_visits_sample_is_its_passes_mean_so_a_quotas_waits_count(monkeypatch):
+    """Under a CPU quota a cheap pass runs free or waits out the period: 1 ms three passes in
+    four, 13 ms the fourth. The median pass says 1 ms; the rank's rate is 4 ms a pass, and a
+    visit of 0.1 s averages it."""
+    clock, n = [0.0], [0]
+
+    def fake_pass(module, make_input, loss_fn):
+        n[0] += 1
+        cost = 0.013 if n[0] % 4 == 0 else 0.001
+        clock[0] += cost
+        return cost, 0.0, 0, 0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    per_pass = cells.time_in_rounds({"emb": cells.Layer("emb", None)}, repeats=40)["emb"]
+    assert per_pass["fwd_s"] == pytest.approx(0.001)
+    visits = cells.time_in_rounds({"emb": cells.Layer("emb", None)}, repeats=5, visit_s=0.1)["emb"]
+    assert visits["fwd_s"] == pytest.approx(0.004, rel=0.1) and len(visits["fwd_samples_s"]) == 5

@@ -1,4 +1,4 @@
-"""The layer profile's measurements, timed in rounds: every cell one pass a round, until each
+"""The layer profile's measurements, timed in rounds: every cell visited once a round, until each
 cell's stop rule is met (harness/planning/profile.py's figures are read from these rows).
 
 Why rounds: the planner prices a step from many cells (per layer kind, per microbatch, the
@@ -10,6 +10,13 @@ data parallel and pipelines missed by 8-10%. Visited in rounds, every cell sampl
 of the profile, so drift moves them together; the order reverses each round (A B C, C B A) so a
 trend within a round cancels over two, as the run engine's A B B A blocks do
 (harness/run/interleave.py).
+
+A visit runs passes for at least `visit_s` seconds (one pass, when a pass is longer) and its
+sample is their mean: under a CPU quota a cheap pass either fits in the period's quota or waits
+out the period, and the median of single passes is then the unthrottled time. On a 0.25-CPU rank
+the embedding's passes had a median of 0.45 ms and a mean of 1.83 ms (2026-12-05): the rank's
+real rate is the mean. A block is one pass a visit, after other cells' passes, as in a step,
+where each block follows another block's weights.
 
 A cell's stop rule (`stop`): never before `repeats` passes and `cell_s` seconds; then when the
 distribution-free 95% interval of its median pass is within +-precision, or when the profile's
@@ -81,6 +88,19 @@ def stop(samples: list[float], started: float, repeats: int, cell_s: float, prec
     return "budget" if elapsed >= max(budget_s, cell_s) else None
 
 
+# least seconds of passes a visit: three periods of the CPU quota (harness/parallel/cpu_quota.py), and
+# short enough that a block (80 ms and more on LM small at 0.5 CPU) is one pass a visit
+VISIT_S = 0.03
+
+
+def _passes(fn, visit_s: float) -> list:
+    """fn()'s results, called until visit_s seconds have gone by (at least once)."""
+    got, t0 = [fn()], now()
+    while now() - t0 < visit_s:
+        got.append(fn())
+    return got
+
+
 class Layer:
     """A layer kind at one microbatch: forward and backward of `module` on make_input()."""
 
@@ -94,8 +114,10 @@ class Layer:
     def warm(self) -> None:  # allocator and kernel warm-up, untimed
         _, _, self.saved, self.out_bytes = one_pass(*self.args)
 
-    def visit(self) -> None:
-        f, b, self.saved, self.out_bytes = one_pass(*self.args)
+    def visit(self, visit_s: float = 0.0) -> None:
+        got = _passes(lambda: one_pass(*self.args), visit_s)
+        f, b = sum(g[0] for g in got) / len(got), sum(g[1] for g in got) / len(got)
+        _, _, self.saved, self.out_bytes = got[-1]
         self.fwd.append(f)
         self.bwd.append(b)
         self.samples.append(f + b)
@@ -120,13 +142,13 @@ class Share(Layer):
         self.whole.warm()
         super().warm()
 
-    def visit(self) -> None:
+    def visit(self, visit_s: float = 0.0) -> None:  # whole and part each half the visit
         if len(self.samples) % 2 == 0:
-            self.whole.visit()
-            super().visit()
+            self.whole.visit(visit_s / 2)
+            super().visit(visit_s / 2)
         else:
-            super().visit()
-            self.whole.visit()
+            super().visit(visit_s / 2)
+            self.whole.visit(visit_s / 2)
         self.samples[-1] = (self.fwd[-1] + self.bwd[-1]) / self.whole.samples[-1]  # the pair's ratio
 
     def row(self) -> dict:
@@ -145,18 +167,22 @@ class Call:
     def warm(self) -> None:
         self.fn()
 
-    def visit(self) -> None:
-        t0 = now()
-        self.fn()
-        self.samples.append(now() - t0)
+    def visit(self, visit_s: float = 0.0) -> None:
+        def timed():
+            t0 = now()
+            self.fn()
+            return now() - t0
+        got = _passes(timed, visit_s)
+        self.samples.append(sum(got) / len(got))
 
     def row(self) -> dict:
         return {"median_s": statistics.median(self.samples), "samples_s": self.samples}
 
 
 def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
-                   budget_s: float = 4.0, cohort=None) -> dict:
-    """Every cell warmed once, then visited once a round, the order reversed each round, until
+                   budget_s: float = 4.0, cohort=None, visit_s: float = 0.0) -> dict:
+    """Every cell warmed once, then visited once a round (visit_s seconds of passes at least, their
+    mean the visit's sample), the order reversed each round, until
     every cell's rule is met (in a cohort: every rank's every cell). The budget is budget_s per
     cell, all cells together. Returns each cell's row with its interval's half-width, what ended
     its rule (precision, repeats or budget), and how many passes it ran after that."""
@@ -170,7 +196,7 @@ def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: fl
     start, rounds, over = now(), 0, False
     while not over:
         for name in (names if rounds % 2 == 0 else reversed(names)):
-            cells[name].visit()
+            cells[name].visit(visit_s)
             held[name] += name in ended
         rounds += 1
         for name in names:

@@ -29,7 +29,7 @@ a rank whose rule is met samples on until every rank's is), so every device is m
 the others load the machine as they will in training; each rank writes its own record.
 
 Every cell (a layer kind at a microbatch, the optimizer, the gradients' copy) is timed in rounds,
-one pass a round, the order reversed each round (harness/planning/cells.py), so that the machine's
+one visit (30 ms of passes at least) a round, the order reversed each round (harness/planning/cells.py), so that the machine's
 drift moves all their costs together: the planner prices a plan from their relative costs.
 
 Written like a run record under results/profiles/<id>/ (config.json with kind "profile",
@@ -141,7 +141,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     copy_grads, copy_bytes = _grad_copy(model)
     timed["optimizer"] = cells.Call(_optimizer_step(wl, model, size))
     timed["grad_copy"] = cells.Call(copy_grads)
-    rows = cells.time_in_rounds(timed, repeats, cell_s, precision, budget_s, cohort)
+    rows = cells.time_in_rounds(timed, repeats, cell_s, precision, budget_s, cohort, cells.VISIT_S)
     layers = {kind: [{"microbatch": mb, **rows[f"{kind}@{mb}"]} for mb in microbatches] for kind in measured}
     # a real tpT or cpC group's block against its member's: what the group's collectives add in the step
     # (harness/planning/in_step.py); on one rank, why not
