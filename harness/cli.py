@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--precision", type=float, default=0.02,
                    help="sample each measurement until its median's 95%% interval is within +-this (0: just --repeats)")
     f.add_argument("--budget-s", type=float, default=4.0,
-                   help="... or until this many seconds of a measurement's timed passes have gone by")
+                   help="... or until this many seconds a measurement (all timed in rounds together) have gone by")
     f.add_argument("--shards", default="tp2,cp2",
                    help="also time one tensor/context-parallel member's share of the block: tpN, cpN, comma list; none")
     n = sub.add_parser("plan", help="heterogeneous planner: split DP/PP work over unequal devices, simulated")
@@ -213,7 +213,7 @@ def cmd_profile(args) -> int:
         short = [r for r in rows if r.get("ended_by") != "precision"]
         widest = max((r["half_width"] for r in rows if r.get("half_width") is not None), default=None)
         print(f"sampled to +-{100 * args.precision:g}%: {len(rows) - len(short)} of {len(rows)} measurements; "
-              f"{len(short)} ended by the {args.budget_s:g} s budget"
+              f"{len(short)} ended by the budget ({args.budget_s:g} s a figure, all figures timed in rounds)"
               + (f" (widest interval +-{100 * widest:.1f}%)" if widest is not None else ""))
     print(f"profile: {d}")
     return 0

@@ -29,8 +29,9 @@ a rank whose rule is met samples on until every rank's is), so every device is m
 the others load the machine as they will in training; each rank writes its own record.
 
 Every cell (a layer kind at a microbatch, the optimizer, the gradients' copy) is timed in rounds,
-one visit (30 ms of passes at least) a round, the order reversed each round (harness/planning/cells.py), so that the machine's
-drift moves all their costs together: the planner prices a plan from their relative costs.
+one visit (30 ms of passes at least) a round, the order reversed each round
+(harness/planning/cells.py), so that the machine's drift moves all their costs together: the
+planner prices a plan from their relative costs.
 
 Written like a run record under results/profiles/<id>/ (config.json with kind "profile",
 env.json, summary.json with the figures, status.json last).
