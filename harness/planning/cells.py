@@ -18,10 +18,11 @@ the embedding's passes had a median of 0.45 ms and a mean of 1.83 ms (2026-12-05
 real rate is the mean. A block is one pass a visit, after other cells' passes, as in a step,
 where each block follows another block's weights.
 
-A cell's stop rule (`stop`): never before `repeats` passes and `cell_s` seconds; then when the
-distribution-free 95% interval of its median pass is within +-precision, or when the profile's
+A cell's stop rule (`stop`): never before `repeats` visits and `cell_s` seconds; then when the
+distribution-free 95% interval of its median visit is within +-precision, or when the profile's
 budget (budget_s per cell, all cells together) has gone by. A cell whose rule is met samples on
-while the others finish (its later passes are kept and counted as held), and in a cohort of
+while the others finish (its later visits are kept and counted as `held_passes`, the name the
+records had when a cell was timed one pass at a time), and in a cohort of
 ranks profiled together (harness/planning/cohort.py) the rounds end once every rank's cells all
 have: no rank is timed on a machine its peers have left quieter.
 """

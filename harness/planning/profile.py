@@ -3,9 +3,10 @@ this device, measured (Metis and AMP profile the same: per layer kind, per micro
 time and memory).
 
 Per layer kind — the embeddings, one transformer block, the head with the loss — and per
-microbatch size: forward and backward seconds (the median of timed passes after one untimed:
-at least `repeats`, then until the median's 95% interval is within --precision, default +-2%,
-or --budget-s seconds a cell have gone by; the row says which ended it), the bytes autograd saves for
+microbatch size: forward and backward seconds (the median of timed visits, each 30 ms of passes
+at least, after one untimed pass: at least `repeats`, then until the median's 95% interval is
+within --precision, default +-2%, or --budget-s seconds a cell have gone by; the row says which
+ended it), the bytes autograd saves for
 backward (activation memory, counted by saved_tensors_hooks, each storage once) and the
 output's bytes (what a stage boundary sends).
 With `--shards tp2,cp2` (the default), the block as one member of a tensor- or context-parallel
