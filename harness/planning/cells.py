@@ -115,13 +115,17 @@ class Layer:
     def warm(self) -> None:  # allocator and kernel warm-up, untimed
         _, _, self.saved, self.out_bytes = one_pass(*self.args)
 
-    def visit(self, visit_s: float = 0.0) -> None:
+    def _time(self, visit_s: float) -> float:
+        """One visit's mean forward and backward, kept; their sum."""
         got = _passes(lambda: one_pass(*self.args), visit_s)
         f, b = sum(g[0] for g in got) / len(got), sum(g[1] for g in got) / len(got)
         _, _, self.saved, self.out_bytes = got[-1]
         self.fwd.append(f)
         self.bwd.append(b)
-        self.samples.append(f + b)
+        return f + b
+
+    def visit(self, visit_s: float = 0.0) -> None:
+        self.samples.append(self._time(visit_s))
 
     def row(self) -> dict:
         return {"fwd_s": statistics.median(self.fwd), "bwd_s": statistics.median(self.bwd),
@@ -145,12 +149,12 @@ class Share(Layer):
 
     def visit(self, visit_s: float = 0.0) -> None:  # whole and part each half the visit
         if len(self.samples) % 2 == 0:
-            self.whole.visit(visit_s / 2)
-            super().visit(visit_s / 2)
+            whole = self.whole._time(visit_s / 2)
+            part = self._time(visit_s / 2)
         else:
-            super().visit(visit_s / 2)
-            self.whole.visit(visit_s / 2)
-        self.samples[-1] = (self.fwd[-1] + self.bwd[-1]) / self.whole.samples[-1]  # the pair's ratio
+            part = self._time(visit_s / 2)
+            whole = self.whole._time(visit_s / 2)
+        self.samples.append(part / whole)  # the pair's ratio
 
     def row(self) -> dict:
         wf, wb = self.whole.fwd, self.whole.bwd
