@@ -212,8 +212,11 @@ def cmd_profile(args) -> int:
     if args.precision > 0:
         short = [r for r in rows if r.get("ended_by") != "precision"]
         widest = max((r["half_width"] for r in rows if r.get("half_width") is not None), default=None)
+        why = ", ".join(f"{sum(r.get('ended_by') == e for r in short)} by {e}"
+                        for e in sorted({r.get("ended_by") for r in short}, key=str))
         print(f"sampled to +-{100 * args.precision:g}%: {len(rows) - len(short)} of {len(rows)} measurements; "
-              f"{len(short)} ended by the budget ({args.budget_s:g} s a figure, all figures timed in rounds)"
+              f"{len(short)} ended otherwise{' (' + why + ')' if short else ''} "
+              f"({args.budget_s:g} s a figure, all figures timed in rounds)"
               + (f" (widest interval +-{100 * widest:.1f}%)" if widest is not None else ""))
     print(f"profile: {d}")
     return 0

@@ -74,6 +74,30 @@ def test_a_precise_cell_samples_on_while_another_is_not_and_says_so(monkeypatch)
     assert len(rows["steady"]["fwd_samples_s"]) == len(rows["noisy"]["fwd_samples_s"])  # one pass a round each
 
 
+def test_a_met_rule_is_asked_again_so_a_precise_row_has_its_interval_within_the_target(monkeypatch):
+    """"a" is steady for 8 visits (its rule holds) and then alternates 1x and 1.5x; "b" alternates
+    for 20 visits and is steady after. When "b" is done, "a"'s interval over all its visits is
+    wide: the rounds go on to the budget and "a" says so (CI 2026-12-05 had a row that said
+    "precision" with +-2.04% on a +-2% target), and a row that says "precision" is within it."""
+    clock, n = [0.0], {"a": 0, "b": 0}
+
+    def fake_pass(module, make_input, loss_fn):
+        n[module] += 1
+        k = n[module] - 1  # the first pass is the untimed warm-up
+        steady = k <= 8 if module == "a" else k > 20
+        cost = 0.01 * (1.0 if steady or k % 2 else 1.5)
+        clock[0] += cost
+        return cost, 0.0, 0, 0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
+                                precision=0.02, budget_s=1.0)
+    assert rows["a"]["ended_by"] == "budget" and rows["a"]["half_width"] > 0.02
+    assert rows["a"]["held_passes"] > 0  # its rule held once, and it was sampled on
+    assert rows["b"]["ended_by"] == "precision" and rows["b"]["half_width"] <= 0.02
+    assert clock[0] >= 2.0  # the budget, 1 s a cell for both together
+
+
 def test_a_call_cell_times_each_call():
     calls = []
     row = cells.time_in_rounds({"opt": cells.Call(lambda: calls.append(1))}, repeats=4)["opt"]

@@ -21,10 +21,11 @@ where each block follows another block's weights.
 A cell's stop rule (`stop`): never before `repeats` visits and `cell_s` seconds; then when the
 distribution-free 95% interval of its median visit is within +-precision, or when the profile's
 budget (budget_s per cell, all cells together) has gone by. A cell whose rule is met samples on
-while the others finish (its later visits are kept and counted as `held_passes`, the name the
-records had when a cell was timed one pass at a time), and in a cohort of
-ranks profiled together (harness/planning/cohort.py) the rounds end once every rank's cells all
-have: no rank is timed on a machine its peers have left quieter.
+while the others finish (its later visits are kept, in its figures, and counted as `held_passes`,
+the name the records had when a cell was timed one pass at a time), and its rule is asked again
+each round: a rank is done when all its cells' rules hold in the same round. In a cohort of ranks
+profiled together (harness/planning/cohort.py) the rounds end once every rank has been done: no
+rank is timed on a machine its peers have left quieter.
 """
 from __future__ import annotations
 
@@ -189,27 +190,32 @@ def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: fl
     """Every cell warmed once, then visited once a round (visit_s seconds of passes at least, their
     mean the visit's sample), the order reversed each round, until
     every cell's rule is met (in a cohort: every rank's every cell). The budget is budget_s per
-    cell, all cells together. Returns each cell's row with its interval's half-width, what ended
-    its rule (precision, repeats or budget), and how many passes it ran after that."""
+    cell, all cells together. Returns each cell's row with its interval's half-width over all its
+    visits, what ended its rule (precision, repeats, budget; peers: see below), and how many
+    visits it had after its rule first held."""
     if cohort:
         cohort.start()
     for cell in cells.values():
         cell.warm()
     names = list(cells)
-    ended: dict[str, str] = {}
-    held = dict.fromkeys(names, 0)
+    first: dict[str, int] = {}  # the round each cell's rule first held
     start, rounds, over = now(), 0, False
     while not over:
         for name in (names if rounds % 2 == 0 else reversed(names)):
             cells[name].visit(visit_s)
-            held[name] += name in ended
         rounds += 1
+        # every cell's rule is asked again each round, a met one too: its later visits go into its
+        # figures, so its interval is the one over all of them (one once met +-1.98% was +-2.04%
+        # five rounds on, CI 2026-12-05), and this rank is done when every rule holds at once
+        why = {name: stop(cells[name].samples, start, repeats, cell_s, precision, budget_s * len(names))
+               for name in names}
         for name in names:
-            if name not in ended:
-                why = stop(cells[name].samples, start, repeats, cell_s, precision, budget_s * len(names))
-                if why:
-                    ended[name] = why
-        mine = len(ended) == len(names)
+            if why[name]:
+                first.setdefault(name, rounds)
+        mine = all(why.values())
         over = mine if cohort is None else cohort.done(mine)
+    # "peers": this rank said it was done and sampled on for its peers, and the cell's interval
+    # widened past the target meanwhile (in a cohort only: the cohort does not take a rank's word back)
     return {name: {**cells[name].row(), "half_width": finite(half_width(cells[name].samples)),
-                   "ended_by": ended[name], "held_passes": held[name], "rounds": rounds} for name in names}
+                   "ended_by": why[name] or "peers", "held_passes": rounds - first.get(name, rounds),
+                   "rounds": rounds} for name in names}
