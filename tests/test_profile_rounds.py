@@ -93,9 +93,42 @@ def test_a_met_rule_is_asked_again_so_a_precise_row_has_its_interval_within_the_
     rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
                                 precision=0.02, budget_s=1.0)
     assert rows["a"]["ended_by"] == "budget" and rows["a"]["half_width"] > 0.02
-    assert rows["a"]["held_passes"] > 0  # its rule held once, and it was sampled on
+    assert rows["a"]["held_passes"] == 0  # its rule held at 8 visits and failed again: none were past enough
     assert rows["b"]["ended_by"] == "precision" and rows["b"]["half_width"] <= 0.02
     assert clock[0] >= 2.0  # the budget, 1 s a cell for both together
+
+
+def test_a_rank_done_first_samples_on_for_its_peers_and_a_cell_that_widens_says_peers(monkeypatch):
+    """In a cohort the rank's word is not taken back: "a" is precise when the rank says it is
+    done, then widens while a peer holds the rounds for 30 more; its row says so, not "precision"."""
+    clock, n = [0.0], {"a": 0, "b": 0}
+
+    def fake_pass(module, make_input, loss_fn):
+        n[module] += 1
+        k = n[module] - 1
+        cost = 0.01 * (1.0 if module == "b" or k <= 8 or k % 2 else 1.5)
+        clock[0] += cost
+        return cost, 0.0, 0, 0
+
+    class Cohort:  # a peer that finishes 30 rounds after this rank says it is done
+        said = None
+
+        def start(self):
+            pass
+
+        def done(self, mine):
+            self.calls = getattr(self, "calls", 0) + 1
+            if mine and self.said is None:
+                self.said = self.calls
+            return self.said is not None and self.calls >= self.said + 30
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    cohort = Cohort()
+    rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
+                                precision=0.02, budget_s=100.0, cohort=cohort)
+    assert cohort.said is not None and rows["a"]["rounds"] == cohort.said + 30
+    assert rows["a"]["ended_by"] == "peers" and rows["a"]["half_width"] > 0.02
+    assert rows["b"]["ended_by"] == "precision" and rows["b"]["held_passes"] >= 30
 
 
 def test_a_call_cell_times_each_call():

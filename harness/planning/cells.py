@@ -192,30 +192,35 @@ def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: fl
     every cell's rule is met (in a cohort: every rank's every cell). The budget is budget_s per
     cell, all cells together. Returns each cell's row with its interval's half-width over all its
     visits, what ended its rule (precision, repeats, budget; peers: see below), and how many
-    visits it had after its rule first held."""
+    visits it had past enough: after the round since which its rule held unbroken."""
     if cohort:
         cohort.start()
     for cell in cells.values():
         cell.warm()
     names = list(cells)
-    first: dict[str, int] = {}  # the round each cell's rule first held
+    since: dict[str, int] = {}  # the round since which each cell's rule has held, unbroken
+    was: dict[str, int] = {}  # the same, for a rule that held and then failed again
     start, rounds, over = now(), 0, False
     while not over:
         for name in (names if rounds % 2 == 0 else reversed(names)):
             cells[name].visit(visit_s)
         rounds += 1
         # every cell's rule is asked again each round, a met one too: its later visits go into its
-        # figures, so its interval is the one over all of them (one once met +-1.98% was +-2.04%
-        # five rounds on, CI 2026-12-05), and this rank is done when every rule holds at once
+        # figures, so its interval is the one over all of them (latched once met, a row said
+        # "precision" at +-2.04% over its 37 visits: CI 2026-12-05), and this rank is done when
+        # every rule holds at once
         why = {name: stop(cells[name].samples, start, repeats, cell_s, precision, budget_s * len(names))
                for name in names}
         for name in names:
             if why[name]:
-                first.setdefault(name, rounds)
+                since.setdefault(name, rounds)
+            elif name in since:
+                was[name] = since.pop(name)
         mine = all(why.values())
         over = mine if cohort is None else cohort.done(mine)
     # "peers": this rank said it was done and sampled on for its peers, and the cell's interval
     # widened past the target meanwhile (in a cohort only: the cohort does not take a rank's word back)
     return {name: {**cells[name].row(), "half_width": finite(half_width(cells[name].samples)),
-                   "ended_by": why[name] or "peers", "held_passes": rounds - first.get(name, rounds),
+                   "ended_by": why[name] or "peers",
+                   "held_passes": rounds - since.get(name, was.get(name, rounds)),
                    "rounds": rounds} for name in names}
