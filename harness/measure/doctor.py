@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.measure import allocator, machine_state
+from harness.measure import allocator, machine_state, reclaim
 from results.stats import stability
 
 SAMPLE_S = 1.0  # window for the CPU share of other processes and steal
@@ -89,6 +89,7 @@ def checks(window_s: float = SAMPLE_S) -> list[Check]:
         out.append(Check("CPU quota (cgroup)", not limited, quota if limited else "none",
                          "this container's CPU time is capped: step times include throttling"))
     out.append(_malloc_check(allocator.state()))
+    out.append(_reclaim_check(reclaim.schemes(), reclaim.counters()))
     mem = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in (_read("/proc/meminfo") or "").splitlines()
                                              if ":" in line)}
     if "MemAvailable" in mem and "MemTotal" in mem:
@@ -111,6 +112,17 @@ def _malloc_check(state: dict) -> Check:
                      f"unset {allocator.ENV}: a process's level then moves with what it freed first "
                      "(+channels_last 1.27-1.79x from process to process on a 2-core EPYC)")
     return Check("host allocator", None, state["why"])
+
+
+def _reclaim_check(found: list[dict], since_boot: dict) -> Check:
+    """The kernel paging out what nobody touched (reclaim.py): a property of the machine, not a
+    load that comes and goes, so information; a run's record counts what it read back."""
+    if not found:
+        return Check("proactive reclaim", True, "no DAMON pageout scheme running")
+    return Check("proactive reclaim", None, reclaim.describe(found, since_boot),
+                 "page cache untouched that long is read from disk again (a loader's first pass, a process's "
+                 "start); each run's record counts it (machine.reclaim); on a machine you own: echo off > "
+                 f"{reclaim.KDAMONDS}/N/state")
 
 
 def report(found: list[Check]) -> tuple[str, int]:

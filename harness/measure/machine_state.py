@@ -10,6 +10,9 @@ Measured over the whole run, between begin() and end():
 - steal_frac: time the hypervisor gave the VM's CPUs to someone else, same denominator.
 - cpu_per_wall: this process's CPU seconds per wall second (about the thread count when it
   has the CPUs to itself; lower when it waits or is crowded out).
+- reclaim: file pages read back from disk (workingset_refault_file), major faults and KiB read
+  (pgpgin), the whole machine's over the run (harness/measure/reclaim.py: a VM that pages out
+  its page cache on its own).
 And at start and end: the 1-minute load average, the busiest other processes over a 0.2 s
 window, the CPU frequency governor and current frequency where readable.
 """
@@ -19,6 +22,8 @@ import os
 import resource
 import time
 from pathlib import Path
+
+from harness.measure import reclaim
 
 TICK = os.sysconf("SC_CLK_TCK")  # jiffies per second in /proc/stat and /proc/<pid>/stat
 WINDOW_S = 0.2                   # sampling window for the busiest processes
@@ -101,7 +106,8 @@ def _point() -> dict:
 
 
 def begin() -> dict:
-    return {"t": time.monotonic(), "jiffies": _cpu_jiffies(), "own_cpu_s": _own_cpu_s(), "start": _point()}
+    return {"t": time.monotonic(), "jiffies": _cpu_jiffies(), "own_cpu_s": _own_cpu_s(), "start": _point(),
+            "reclaim": reclaim.counters()}
 
 
 def end(state: dict, local_ranks: int = 1) -> dict:
@@ -116,4 +122,7 @@ def end(state: dict, local_ranks: int = 1) -> dict:
         capacity = wall * cpus
         out["others_cpu_frac"] = max(0.0, ((j1[0] - j0[0]) / TICK - own * local_ranks) / capacity)
         out["steal_frac"] = (j1[1] - j0[1]) / TICK / capacity
+    read_back = reclaim.during(state.get("reclaim", {}), reclaim.counters())
+    if read_back:  # the whole machine's, over the run: pages the kernel had dropped and read again
+        out["reclaim"] = read_back
     return out
