@@ -24,6 +24,21 @@ def drifting(monkeypatch):
     return order
 
 
+def fake_passes(monkeypatch, cost_of):
+    """Passes on a fake clock costing cost_of(module, k) seconds, k the module's pass count from 0
+    (pass 0 is the untimed warm-up): the forward's, the backward's nothing."""
+    clock, n = [0.0], {}
+
+    def fake_pass(module, make_input, loss_fn):
+        k = n[module] = n.get(module, -1) + 1
+        cost = cost_of(module, k)
+        clock[0] += cost
+        return cost, 0.0, 0, 0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    return clock
+
+
 def test_rounds_recover_two_cells_cost_ratio_under_drift_where_stretches_do_not(drifting):
     a, b = (0.001, 0.01), (0.002, 0.01)  # b costs twice a, and the machine slows 1% a pass
     rows = cells.time_in_rounds({"a": cells.Layer(a, None), "b": cells.Layer(b, None)}, repeats=20)
@@ -41,15 +56,7 @@ def test_rounds_recover_two_cells_cost_ratio_under_drift_where_stretches_do_not(
 def test_the_budget_is_per_cell_for_all_cells_together(monkeypatch):
     """Two cells never precise (their passes alternate 1x and 1.5x): the rounds end when 2 x
     budget_s has gone by, each cell's rule naming the budget."""
-    clock, n = [0.0], {"a": 0, "b": 0}
-
-    def fake_pass(module, make_input, loss_fn):
-        n[module] += 1
-        cost = 0.0625 * (1.5 if n[module] % 2 else 1.0)
-        clock[0] += cost
-        return cost, 0.0, 0, 0
-    monkeypatch.setattr(cells, "one_pass", fake_pass)
-    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    clock = fake_passes(monkeypatch, lambda module, k: 0.0625 * (1.0 if k % 2 else 1.5))
     rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
                                 precision=0.001, budget_s=1.0)
     assert {r["ended_by"] for r in rows.values()} == {"budget"}
@@ -79,17 +86,10 @@ def test_a_met_rule_is_asked_again_so_a_precise_row_has_its_interval_within_the_
     for 20 visits and is steady after. When "b" is done, "a"'s interval over all its visits is
     wide: the rounds go on to the budget and "a" says so (CI 2026-12-05 had a row that said
     "precision" with +-2.04% on a +-2% target), and a row that says "precision" is within it."""
-    clock, n = [0.0], {"a": 0, "b": 0}
-
-    def fake_pass(module, make_input, loss_fn):
-        n[module] += 1
-        k = n[module] - 1  # the first pass is the untimed warm-up
+    def cost(module, k):
         steady = k <= 8 if module == "a" else k > 20
-        cost = 0.01 * (1.0 if steady or k % 2 else 1.5)
-        clock[0] += cost
-        return cost, 0.0, 0, 0
-    monkeypatch.setattr(cells, "one_pass", fake_pass)
-    monkeypatch.setattr(cells, "now", lambda: clock[0])
+        return 0.01 * (1.0 if steady or k % 2 else 1.5)
+    clock = fake_passes(monkeypatch, cost)
     rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
                                 precision=0.02, budget_s=1.0)
     assert rows["a"]["ended_by"] == "budget" and rows["a"]["half_width"] > 0.02
@@ -101,14 +101,7 @@ def test_a_met_rule_is_asked_again_so_a_precise_row_has_its_interval_within_the_
 def test_a_rank_done_first_samples_on_for_its_peers_and_a_cell_that_widens_says_peers(monkeypatch):
     """In a cohort the rank's word is not taken back: "a" is precise when the rank says it is
     done, then widens while a peer holds the rounds for 30 more; its row says so, not "precision"."""
-    clock, n = [0.0], {"a": 0, "b": 0}
-
-    def fake_pass(module, make_input, loss_fn):
-        n[module] += 1
-        k = n[module] - 1
-        cost = 0.01 * (1.0 if module == "b" or k <= 8 or k % 2 else 1.5)
-        clock[0] += cost
-        return cost, 0.0, 0, 0
+    fake_passes(monkeypatch, lambda module, k: 0.01 * (1.0 if module == "b" or k <= 8 or k % 2 else 1.5))
 
     class Cohort:  # a peer that finishes 30 rounds after this rank says it is done
         said = None
@@ -121,8 +114,6 @@ def test_a_rank_done_first_samples_on_for_its_peers_and_a_cell_that_widens_says_
             if mine and self.said is None:
                 self.said = self.calls
             return self.said is not None and self.calls >= self.said + 30
-    monkeypatch.setattr(cells, "one_pass", fake_pass)
-    monkeypatch.setattr(cells, "now", lambda: clock[0])
     cohort = Cohort()
     rows = cells.time_in_rounds({"a": cells.Layer("a", None), "b": cells.Layer("b", None)}, repeats=3,
                                 precision=0.02, budget_s=100.0, cohort=cohort)
