@@ -26,6 +26,7 @@ def test_a_running_pageout_scheme_is_found_with_how_cold_and_how_fast(tmp_path):
     _kdamond(tmp_path, 0, "on")                  # this project's VMs: 12 x 5 s, 128 MiB a second
     _kdamond(tmp_path, 1, "off")                 # not running: not reclaiming
     _kdamond(tmp_path, 2, "on", action="stat")   # monitoring only: pages nothing out
+    (tmp_path / "3x").mkdir()                    # not a kdamond's directory: passed over
     found = reclaim.schemes(tmp_path)
     assert found == [{"kdamond": 0, "operations": "paddr", "cold_s": 60.0, "max_bytes_per_s": 134217728.0}]
     check = doctor._reclaim_check(found, {"workingset_refault_file": 23_187_703})

@@ -38,7 +38,7 @@ def schemes(root: Path = KDAMONDS) -> list[dict]:
     """Every running kdamond's pageout schemes: {kdamond, operations, cold_s (untouched this long
     and it is paged out), max_bytes_per_s (its quota; None when unlimited)}."""
     out = []
-    for kd in sorted(root.glob("[0-9]*"), key=lambda p: int(p.name)):
+    for kd in sorted((p for p in root.glob("[0-9]*") if p.name.isdigit()), key=lambda p: int(p.name)):
         if _read(kd / "state") != "on":
             continue
         for ctx in sorted(kd.glob("contexts/[0-9]*")):
