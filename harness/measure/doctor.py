@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness.measure import allocator, machine_state, reclaim
+from harness.measure.sysfs import read as _read
 from results.stats import stability
 
 SAMPLE_S = 1.0  # window for the CPU share of other processes and steal
@@ -24,13 +24,6 @@ class Check:
     ok: bool | None      # None: for information (unreadable here, or not a fault by itself)
     found: str
     advice: str = ""
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return None
 
 
 def _cpu_use(window_s: float) -> tuple[float, float] | None:

@@ -14,24 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.measure.sysfs import read as _read
+from harness.measure.sysfs import read_int as _int
+
 KDAMONDS = Path("/sys/kernel/mm/damon/admin/kdamonds")
 VMSTAT = Path("/proc/vmstat")
 COUNTERS = ("workingset_refault_file", "pgmajfault", "pgpgin")  # pages, faults, KiB read from disk
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _int(path: Path) -> int | None:
-    text = _read(path)
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def schemes(root: Path = KDAMONDS) -> list[dict]:
