@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from results.analysis import schedule as step_sim
 from results.planner import layer_costs
@@ -71,3 +73,17 @@ def test_a_pipeline_plan_prices_its_expected_step_beside_the_typical_one(tmp_pat
     assert noisy["predicted"]["step_s_typical"] == pytest.approx(plain["predicted"]["step_s"])
     assert noisy["predicted"]["step_s"] > noisy["predicted"]["step_s_typical"]
     assert noisy["uniform"]["predicted"]["step_s"] > plain["uniform"]["predicted"]["step_s"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(step_sim.SCHEDULES), st.integers(1, 8),
+       st.lists(st.tuples(st.floats(1e-3, 1.0), st.floats(1e-3, 1.0), st.floats(1e-4, 0.3), st.floats(0.0, 0.3)),
+                min_size=1, max_size=4), st.integers(0, 2**16), st.integers(1, 40))
+def test_the_expected_step_is_never_below_the_typical_one_whatever_the_draws(schedule, m, stages, seed, draws):
+    """The step is convex in the draws' normal deviates, and the draws come in antithetic pairs
+    (z, -z): their mean is at least the step of the medians for every seed and draw count. CI
+    once saw a 256-draw mean 7e-6 below it on a profile of tiny spread (independent draws)."""
+    sc = [step_sim.StageCost(f, b, send_s=0.001, cv_fwd=cf, cv_bwd=cb) for f, b, cf, cb in stages]
+    got = step_sim.simulate_expected(schedule, sc, m, draws=draws, seed=seed)
+    assert got["draws"] % 2 == 0
+    assert got["step_s"] >= step_sim.simulate(schedule, sc, m)["step_s"]
