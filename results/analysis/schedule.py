@@ -147,8 +147,9 @@ def simulate_expected(schedule: str, costs: list[StageCost], m: int, draws: int 
     rng = random.Random(seed)
     sigma: dict[float, float] = {}
 
-    def drawer(zs: list[float], sign: float) -> Callable[[float, float], float]:
-        it = iter(zs) if sign < 0 else None
+    def drawer(zs: list[float], mirror: bool) -> Callable[[float, float], float]:
+        """A draw that records its deviates in zs, or (mirror) replays them negated."""
+        it = iter(zs) if mirror else None
 
         def draw(seconds: float, cv: float) -> float:
             if not cv:
@@ -171,8 +172,8 @@ def simulate_expected(schedule: str, costs: list[StageCost], m: int, draws: int 
     runs = []
     for _ in range(n // 2):
         zs: list[float] = []
-        runs.append(simulate(schedule, costs, m, drawer(zs, 1.0)))
-        runs.append(simulate(schedule, costs, m, drawer(zs, -1.0)))
+        runs.append(simulate(schedule, costs, m, drawer(zs, False)))
+        runs.append(simulate(schedule, costs, m, drawer(zs, True)))
     out = {k: sum(r[k] for r in runs) / n for k in ("step_s", "pipeline_s", "bubble")}
     out["stage_end_s"] = [sum(r["stage_end_s"][s] for r in runs) / n for s in range(len(costs))]
     out["busy_s"] = [sum(r["busy_s"][s] for r in runs) / n for s in range(len(costs))]
