@@ -23,7 +23,7 @@ import resource
 import time
 from pathlib import Path
 
-from harness.measure import reclaim
+from harness.measure import reclaim, sysfs
 
 TICK = os.sysconf("SC_CLK_TCK")  # jiffies per second in /proc/stat and /proc/<pid>/stat
 WINDOW_S = 0.2                   # sampling window for the busiest processes
@@ -80,10 +80,12 @@ def _freq() -> dict:
     out: dict = {}
     base = Path("/sys/devices/system/cpu/cpu0/cpufreq")
     for key, name, scale in (("governor", "scaling_governor", None), ("cur_freq_mhz", "scaling_cur_freq", 1e-3)):
+        v = sysfs.read(base / name)
+        if v is None:
+            continue
         try:
-            v = (base / name).read_text().strip()
             out[key] = float(v) * scale if scale else v
-        except (OSError, ValueError):
+        except ValueError:
             pass
     if "cur_freq_mhz" not in out:  # VMs without cpufreq: /proc/cpuinfo's figure
         try:
