@@ -18,7 +18,10 @@ SIZE = "small"
 # a step at 0.25 CPU is 3-8 s: 5 timed steps a run. Two warm-up steps, not one: the second step of
 # a 4-rank mixed data-parallel job (0.5, 0.5, 0.25, 0.25 CPU, LM small [8, 8, 4, 4]) took 4.22, 4.80
 # and 3.16 s in three runs whose later steps took 2.80-3.26 s (2026-12-05, Xeon), and a median of
-# five with that step in it read 1.6% high; the 2-rank jobs' second steps were within their spread
+# five with that step in it read 1.6% high; the 2-rank jobs' second steps were within their spread.
+# Why: DDP rebuilds its gradient buckets once, before the second forward (Reducer._rebuild_buckets,
+# torch/nn/parallel/distributed.py), new buffers first touched at 0.25 CPU: outside the harness
+# that step's forward took 1.37-1.55 s and its backward 2.30-2.58 s, against 0.67-0.83 and 1.65-1.96
 STEPS, WARMUP = 5, 2
 
 
