@@ -133,3 +133,24 @@ def test_planner_page_in_chromium(planner_store):
         assert "Utilization as the seed counts it: measured on two ranks of each kind" in body
         assert "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable" in body
         browser.close()
+
+
+def test_the_seed_check_at_a_larger_batch_is_a_row_and_a_sentence_of_its_own():
+    """planner_seed's `seed_interleaved_amortized` (the data-parallel plans at twice the batch): its
+    own row in the table, named by its batch, and its own sentence after the bench batch's, each
+    placed against 0.95 by its own interval. Figures of the 2026-12-05 17:16-17:36 run (Xeon)."""
+    check = {**SEED_CHECK, "seed_interleaved_amortized": {
+        "global_batch": 48, "mixed": "dp x4 [16, 16, 8, 8]", "jobs": ["dp x2 [12, 12]", "dp x2 [12, 12]"],
+        "measured": 0.9202, "ci95": [0.8765, 0.966], "predicted": 0.9727, "error": 0.0571}}
+    rows = plan_report.seed_frame(check).to_dict("records")
+    assert [r["how measured"] for r in rows][2:] == ["interleaved, both kinds' jobs at once",
+                                                     "interleaved, both kinds' jobs at once, at batch 48"]
+    assert (rows[3]["mixed plan"], rows[3]["95% interval"], rows[3]["seed utilization predicted"]) == (
+        "dp x4 [16, 16, 8, 8]", "[0.876, 0.966]", 0.9727)
+    assert plan_report.seed_verdict(check) == (
+        "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable from the seed's "
+        "0.95; predicted 0.942 (+4.0%). At batch 48: seed utilization 0.920 [0.876, 0.966], not distinguishable "
+        "from the seed's 0.95; predicted 0.973 (+5.7%).")
+    below = {**check, "seed_interleaved_amortized": {**check["seed_interleaved_amortized"], "ci95": [0.88, 0.94]}}
+    assert "At batch 48: seed utilization 0.920 [0.880, 0.940], below the seed's 0.95" in \
+        plan_report.seed_verdict(below)

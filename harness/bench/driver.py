@@ -8,7 +8,7 @@ moe: harness/bench/moe.py (expert parallel vs DDP on moe-small: load balance, dr
 planner: harness/bench/planner.py (2 ranks made 2x and 4x unequal by CPU quotas: planned vs uniform
 DP and PP splits, simulator prediction vs measurement, utilization).
 planner_seed: harness/bench/planner_seed.py (2 ranks of each kind: the mixed job against each kind's
-own homogeneous job, utilization as the seed counts it, data parallel and pipelines).
+own homogeneous job, utilization as the seed counts it, data parallel and pipelines; DP also at 2x the batch).
 roofline: harness/bench/roofline.py (this machine's ceilings; every workload at tiny and small on them,
 baseline vs +compile and +channels_last: intensity, fraction of the roof, fusion's effect).
 deepcam_vs_reference: harness/bench/deepcam_ref.py (our DeepCAM step beside mlcommons/hpc's, same config,

@@ -201,12 +201,15 @@ def seed_frame(check: dict) -> pd.DataFrame:
                      "each kind's own plan": "; ".join(f"{k}: {h['plan']}" for k, h in c["homogeneous"].items()),
                      "seed utilization measured": c["utilization_seed_measured"],
                      "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
-    si = check.get("seed_interleaved") or {}
-    if "measured" in si:
-        rows.append({"shape": SHAPES["dp"], "how measured": "interleaved, both kinds' jobs at once",
-                     "mixed plan": si["mixed"], "each kind's own plan": "; ".join(si["jobs"]),
-                     "seed utilization measured": si["measured"], "95% interval": f"[{si['ci95'][0]:.3f}, {si['ci95'][1]:.3f}]",
-                     "seed utilization predicted": si["predicted"]})
+    for key, at in (("seed_interleaved", ""), ("seed_interleaved_amortized", ", at batch {}")):
+        si = check.get(key) or {}
+        if "measured" in si:
+            rows.append({"shape": SHAPES["dp"],
+                         "how measured": "interleaved, both kinds' jobs at once" + at.format(si.get("global_batch")),
+                         "mixed plan": si["mixed"], "each kind's own plan": "; ".join(si["jobs"]),
+                         "seed utilization measured": si["measured"],
+                         "95% interval": f"[{si['ci95'][0]:.3f}, {si['ci95'][1]:.3f}]",
+                         "seed utilization predicted": si["predicted"]})
     return pd.DataFrame(rows)
 
 
@@ -215,7 +218,15 @@ def seed_verdict(check: dict) -> str:
     si = check.get("seed_interleaved") or {}
     if "measured" not in si:
         return f"Interleaved figure not measured: {si.get('skipped', 'not in this check')}."
+    text = f"Data parallel, drift-free: {_seed_figure(si)}."
+    big = check.get("seed_interleaved_amortized") or {}
+    if "measured" in big:  # the same plans' kind at a larger batch, where each step's fixed costs weigh less
+        text += f" At batch {big['global_batch']}: {_seed_figure(big)}."
+    return text
+
+
+def _seed_figure(si: dict) -> str:
     lo, hi = si["ci95"]
     where = "above" if lo >= 0.95 else "below" if hi < 0.95 else "not distinguishable from"
-    return (f"Data parallel, drift-free: seed utilization {si['measured']:.3f} [{lo:.3f}, {hi:.3f}], {where} the seed's "
-            f"0.95; predicted {si['predicted']:.3f} ({100 * si['error']:+.1f}%).")
+    return (f"seed utilization {si['measured']:.3f} [{lo:.3f}, {hi:.3f}], {where} the seed's 0.95; "
+            f"predicted {si['predicted']:.3f} ({100 * si['error']:+.1f}%)")
