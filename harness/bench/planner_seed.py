@@ -14,17 +14,18 @@ Two inventories of the same four ranks, LM small, 1 thread a rank, under mpiexec
 Each homogeneous job is what `harness plan` chooses for that kind alone (its two devices, half
 the global batch) and is run as planned; the mixed job is run as planned. The choice itself is
 checked drift-free: each kind's pair runs its data-parallel plan against its pipeline plan in one
-process group, alternating blocks, and the measured ratio is set beside the predicted one (`choice`); so is the
-seed's utilization of the data-parallel plans (`seed_interleaved`): the mixed job against both kinds'
-own jobs run at once on their own ranks (parallel.jobs), at the bench's batch and at `amortized`
-times it (`seed_interleaved_amortized`: how much of the loss is each step's fixed costs).
-Otherwise each side in separate launches, `rounds` times, alternating; step = the harness's
-median steady step of the slowest rank. Links and profiles are measured on the four ranks as
-the jobs hold them; the profile again before every round, each measurement sampled to +-2%
-(harness profile --precision). The plans are made from the first round's profiles; each round's runs are compared with the same plans priced
-with that round's profiles (results/planner/evaluate.py), and the error is the median over
-rounds. Why: two profiles of the same ranks twenty minutes apart once priced one plan 17%
-apart while the runs agreed; the first profile's error alone is kept beside it."""
+process group, alternating blocks, and the measured ratio is set beside the predicted one
+(`choice`); so is the seed's utilization of the data-parallel plans (`seed_interleaved`): the
+mixed job against both kinds' own jobs run at once on their own ranks (parallel.jobs), at the
+bench's batch and at `amortized` times it (`seed_interleaved_amortized`: how much of the loss is
+each step's fixed costs). Otherwise each side in separate launches, `rounds` times, alternating;
+step = the harness's median steady step of the slowest rank. Links and profiles are measured on
+the four ranks as the jobs hold them; the profile again before every round, each measurement
+sampled to +-2% (harness profile --precision). The plans are made from the first round's
+profiles; each round's runs are compared with the same plans priced with that round's profiles
+(results/planner/evaluate.py), and the error is the median over rounds. Why: two profiles of the
+same ranks twenty minutes apart once priced one plan 17% apart while the runs agreed; the first
+profile's error alone is kept beside it."""
 from __future__ import annotations
 
 import json
