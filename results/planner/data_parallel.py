@@ -76,6 +76,7 @@ def dp_predict(devices, shares, costs, links: LinkModel, overlap: bool = True, r
     c0 = costs[devices[0]]
     compute = [costs[k].sample_s(b) * b for k, b in zip(devices, shares)]
     n = len(devices)
+    links = links.among(devices)  # a kind's own collectives where every rank is of that kind
     reduce_s = links.all_reduce_s(c0.total_params * c0.grad_bytes_per_param, n, relay)
     # the optimizer step, after the reduction inside a device's group (context parallel's) where it has one
     opt = [costs[k].optimizer_s_per_param * costs[k].total_params + costs[k].group_reduce_s(costs[k].total_params)

@@ -25,6 +25,9 @@
                                  #   --via host` records are there to measure it
       # overlap: true            # DDP's all-reduce hides behind the backward (default: not on links
                                  #   measured with gloo, whose threads share the ranks' CPUs; yes otherwise)
+      # kinds:                   # collectives among one kind's devices alone, measured on them: the
+      #   full-core: results/a   #   newest records under that results root's comm/ (harness comm run on
+                                 #   that kind's ranks); groups of mixed kinds use the records above
     optimizer_sharded: false     # ZeRO-1 over the data-parallel replicas (model state 4 + 12/dp B/param)
 
 Any other field, a count or memory that is not positive, a profile that does not exist or an
@@ -35,12 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from results.record import comm as comm_record
 from results.record import schema
 
 MAX_BYTES = 1 << 20  # an inventory is a few lines; refuse anything that could be an alias bomb
 DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency", "library", "node_size",
                  "node_busbw_gb_per_s")
-LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us", "pcie_gb_per_s", "overlap")
+LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us", "pcie_gb_per_s", "overlap", "kinds")
 TOP_FIELDS = ("devices", "links", "optimizer_sharded")
 
 
@@ -75,6 +79,12 @@ class Links:
     # None: no for links measured on gloo, yes otherwise (an estimate stands for NCCL-like links);
     # the inventory may say either way
     overlap: bool | None = None
+    # (kind, results root): collectives among that kind's devices alone are priced from the comm
+    # records measured on them there. Why: on gloo the ranks' own CPUs do the reduction, so a
+    # collective among slow ranks is slower: LM small's 43.8 MB all-reduce on 2 ranks took 0.060-0.065 s
+    # at 0.5 CPU each and 0.127-0.132 s at 0.25, where the four held ranks' record priced both at
+    # 0.102-0.122 s (2026-12-05, Xeon, three rounds); on a cluster, each kind's own interconnect
+    kinds: tuple[tuple[str, Path], ...] = ()
 
     @property
     def overlaps(self) -> bool:
@@ -178,10 +188,32 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
         if not isinstance(links["overlap"], bool):
             raise PlanError(f"{source}: links.overlap must be true or false; got {links['overlap']!r}")
         lk = replace(lk, overlap=links["overlap"])
+    if "kinds" in links:
+        lk = replace(lk, kinds=_kind_links(f"{source}: links.kinds", links["kinds"], lk, devices, base))
     sharded = d.get("optimizer_sharded", False)
     if not isinstance(sharded, bool):
         raise PlanError(f"{source}: optimizer_sharded must be true or false; got {sharded!r}")
     return Inventory(tuple(devices), lk, sharded, source)
+
+
+def _kind_links(where: str, given, lk: Links, devices: list[DeviceKind], base: Path | None) -> tuple:
+    if not lk.measured:
+        raise PlanError(f"{where}: a kind's own links are measured records; these links are an estimate")
+    if not isinstance(given, dict) or not given:
+        raise PlanError(f"{where} must map device kinds to results folders with comm records")
+    names = [d.kind for d in devices]
+    out = []
+    for kind, folder in given.items():
+        if kind not in names:
+            raise PlanError(f"{where}: {kind!r} is not a device kind here; kinds: {', '.join(names)}")
+        if not isinstance(folder, str) or not folder:
+            raise PlanError(f"{where}: {kind}'s folder must be a path; got {folder!r}")
+        path = Path(folder)
+        path = path if path.is_absolute() or base is None else base / path
+        if not (path / comm_record.SUBDIR).is_dir():
+            raise PlanError(f"{where}: {folder} has no {comm_record.SUBDIR}/ folder (harness comm writes one)")
+        out.append((kind, path))
+    return tuple(out)
 
 
 def load(path: Path) -> Inventory:

@@ -15,6 +15,7 @@ two copies at links.pcie_gb_per_s. Neither there: a plan that needs the relay is
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from results.record import comm as comm_record
@@ -29,6 +30,8 @@ class LinkModel:
         self.tables: dict[str, tuple[int, list[dict]]] = {}
         self.relay_tables: dict[str, tuple[int, list[dict]]] = {}
         self.pcie = links.pcie_gb_per_s * 1e9 if links.pcie_gb_per_s else None
+        # each kind's own collectives (inventory.Links.kinds): for groups of that kind alone (among)
+        self.kinds = {k: LinkModel(replace(links, kinds=()), root) for k, root in links.kinds}
         if links.measured:
             for coll in ("all_reduce", "send_recv"):
                 relay = self._newest(results / comm_record.SUBDIR, coll, links.backend, via="host")
@@ -48,11 +51,19 @@ class LinkModel:
             self.latency = small[f"time_us_{comm_record.best_mode(small)}"] / 1e6
             self.source = (f"measured: {links.backend} all_reduce at {n} ranks "
                            f"({self.busbw / 1e9:.2f} GB/s busbw, {self.latency * 1e6:.0f} us), send_recv"
-                           + ("; host relay measured (comm --via host)" if self.relay_tables else ""))
+                           + ("; host relay measured (comm --via host)" if self.relay_tables else "")
+                           + "".join(f"; {k} alone: {m.source.removeprefix('measured: ')}"
+                                     for k, m in self.kinds.items()))
         else:
             self.busbw, self.latency = links.busbw_gb_per_s * 1e9, links.latency_us / 1e6
             self.source = (f"ESTIMATE: {links.busbw_gb_per_s} GB/s busbw, {links.latency_us} us latency"
                            + (f", host relay + 2 copies at {links.pcie_gb_per_s} GB/s" if links.pcie_gb_per_s else ""))
+
+    def among(self, kinds) -> "LinkModel":
+        """The links a group of these device kinds' devices uses: one kind's own where the group is
+        of that kind alone and it has its own records, else the inventory's."""
+        ks = set(kinds)
+        return self.kinds.get(next(iter(ks)), self) if len(ks) == 1 else self
 
     @staticmethod
     def _newest(root: Path, coll: str, backend: str, via: str = "direct") -> tuple[int, list[dict]] | None:

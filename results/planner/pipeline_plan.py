@@ -122,14 +122,18 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
     last = len(stages) - 1
     for s, st in enumerate(stages):
         c = costs[st["kind"]]
-        reduce_s = links.all_reduce_s(st["params"] * c.grad_bytes_per_param, dp) + c.group_reduce_s(st["params"])
+        # each group priced on its kinds' links (LinkModel.among): a stage's replicas are one kind
+        reduce_s = (links.among([st["kind"]]).all_reduce_s(st["params"] * c.grad_bytes_per_param, dp)
+                    + c.group_reduce_s(st["params"]))
         if c.tied_params and len(stages) > 1 and s in (0, last):  # tied embedding / head copies
-            reduce_s += links.all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2,
-                                           relay(stages[0]["kind"], stages[last]["kind"]))
+            ends = [stages[0]["kind"], stages[last]["kind"]]
+            reduce_s += links.among(ends).all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2, relay(*ends))
         nxt = relay(st["kind"], stages[s + 1]["kind"]) if s < last else False
+        pair = [st["kind"], stages[min(s + 1, last)]["kind"]]
         # replicate's copies of the stage's gradients into its buckets and back, with the optimizer
         copy_s = c.grad_copy_s(st["params"]) if dp > 1 else 0.0
-        sc.append(StageCost(st["fwd_s"], st["bwd_s"], links.send_s(c.boundary_bytes_per_sample * b, nxt), reduce_s,
+        send_s = links.among(pair).send_s(c.boundary_bytes_per_sample * b, nxt)
+        sc.append(StageCost(st["fwd_s"], st["bwd_s"], send_s, reduce_s,
                             c.optimizer_s_per_param * st["params"] + copy_s, *c.cv(b)))
     return sc
 

@@ -200,7 +200,7 @@ def grouped(inv: Inventory, costs: dict[str, Costs], links: LinkModel,
             continue
         name = f"{d.kind}{g.suffix()}"
         devices.append(replace(d, kind=name, count=d.count // g.size))
-        out[name] = GroupCosts(costs[d.kind], g, NodeLinks(links, d.node_busbw_gb_per_s))
+        out[name] = GroupCosts(costs[d.kind], g, NodeLinks(links.among([d.kind]), d.node_busbw_gb_per_s))
         real[name] = d.kind
     return replace(inv, devices=tuple(devices)), out, real
 
