@@ -20,7 +20,8 @@ mixed job against both kinds' own jobs run at once on their own ranks (parallel.
 bench's batch and at `amortized` times it (`seed_interleaved_amortized`: how much of the loss is
 each step's fixed costs). Otherwise each side in separate launches, `rounds` times, alternating;
 step = the harness's median steady step of the slowest rank. Links and profiles are measured on
-the four ranks as the jobs hold them; the profile again before every round, each measurement
+the four ranks as the jobs hold them, and each kind's pair's collectives on that pair alone (a
+group of one kind is priced from its own); the profile again before every round, each measurement
 sampled to +-2% (harness profile --precision). The plans are made from the first round's
 profiles; each round's runs are compared with the same plans priced with that round's profiles
 (results/planner/evaluate.py), and the error is the median over rounds. Why: two profiles of the
@@ -44,6 +45,7 @@ from results.planner import report as plan_report
 from results.record.paths import results_root
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
+COMM_ARGS = ("--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M", "-n", "5", "--no-ingest")
 
 
 def _runnable(p: dict, cpu: dict[str, float]) -> tuple[list[str], list[float]]:
@@ -53,10 +55,24 @@ def _runnable(p: dict, cpu: dict[str, float]) -> tuple[list[str], list[float]]:
 
 def _inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], memory_gb: float,
                only: str | None = None) -> Path:
+    """Two devices of each kind (or of `only`); collectives among one kind's pair priced from the
+    records measured on that pair (tmp/comm-<kind>: _kind_links), the rest from the four ranks'."""
+    here = [k for k in kinds if only in (None, k)]
+    own = ", ".join(f"{k}: {path.parent / f'comm-{k}'}" for k in here)
     path.write_text("devices:\n" + "".join(
-        f"  - {{kind: {k}, count: 2, memory_gb: {memory_gb:.6g}, profile: {profiles[k]}}}\n"
-        for k in kinds if only in (None, k)) + "links: {collectives: measured, backend: gloo}\n")
+        f"  - {{kind: {k}, count: 2, memory_gb: {memory_gb:.6g}, profile: {profiles[k]}}}\n" for k in here)
+        + f"links: {{collectives: measured, backend: gloo, kinds: {{{own}}}}}\n")
     return path
+
+
+def _kind_links(env: dict, tmp: Path, kinds: dict[str, float]) -> None:
+    """`harness comm` on each kind's pair alone, held at its quota, into tmp/comm-<kind>. Why: gloo
+    reduces on the ranks' own CPUs, so the pairs' all-reduces differ: LM small's 43.8 MB took
+    0.060-0.065 s on 2 ranks at 0.5 CPU, 0.127-0.132 s at 0.25, and the four ranks' record priced
+    both at 0.102-0.122 s (2026-12-05, Xeon, three rounds)."""
+    for k, cpu in kinds.items():
+        run_harness({**env, "HARNESS_RESULTS": str(tmp / f"comm-{k}"), rank_cpu.ENV: f"{cpu},{cpu}"}, 2, "comm",
+                    *COMM_ARGS)
 
 
 def _split_memory_gb(profile: Path) -> float:
@@ -91,8 +107,8 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2, amo
         env.pop("MLFLOW_TRACKING_URI", None)
         data_dir = dataset(tmp)
         held = {**env, rank_cpu.ENV: f"{FAST},{FAST},{slow},{slow}"}
-        run_harness(held, 4, "comm", "--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M",
-                    "-n", "5", "--no-ingest")
+        run_harness(held, 4, "comm", *COMM_ARGS)
+        _kind_links(env, tmp, kinds)
         shapes = ("dp", "pp")
         jobs: dict[str, dict] = {}  # shape -> job name -> (plan, batch, inventory path of round r)
         steps = {s: {} for s in shapes}
