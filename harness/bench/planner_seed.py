@@ -66,10 +66,9 @@ def _inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], m
 
 
 def _kind_links(env: dict, tmp: Path, kinds: dict[str, float]) -> None:
-    """`harness comm` on each kind's pair alone, held at its quota, into tmp/comm-<kind>. Why: gloo
-    reduces on the ranks' own CPUs, so the pairs' all-reduces differ: LM small's 43.8 MB took
-    0.060-0.065 s on 2 ranks at 0.5 CPU, 0.127-0.132 s at 0.25, and the four ranks' record priced
-    both at 0.102-0.122 s (2026-12-05, Xeon, three rounds)."""
+    """`harness comm` on each kind's pair alone, held at its quota, into tmp/comm-<kind>: gloo
+    reduces on the ranks' own CPUs, so each pair's collectives are its own (inventory.Links.kinds
+    has the figures)."""
     for k, cpu in kinds.items():
         run_harness({**env, "HARNESS_RESULTS": str(tmp / f"comm-{k}"), rank_cpu.ENV: f"{cpu},{cpu}"}, 2, "comm",
                     *COMM_ARGS)

@@ -83,7 +83,7 @@ class Links:
     # records measured on them there. Why: on gloo the ranks' own CPUs do the reduction, so a
     # collective among slow ranks is slower: LM small's 43.8 MB all-reduce on 2 ranks took 0.060-0.065 s
     # at 0.5 CPU each and 0.127-0.132 s at 0.25, where the four held ranks' record priced both at
-    # 0.102-0.122 s (2026-12-05, Xeon, three rounds); on a cluster, each kind's own interconnect
+    # 0.102-0.122 s (2026-12-05, Xeon, three rounds). On a cluster: each kind's own interconnect
     kinds: tuple[tuple[str, Path], ...] = ()
 
     @property

@@ -61,7 +61,9 @@ class LinkModel:
 
     def among(self, kinds) -> "LinkModel":
         """The links a group of these device kinds' devices uses: one kind's own where the group is
-        of that kind alone and it has its own records, else the inventory's."""
+        of that kind alone and it has its own records, else the inventory's (so also for a kind
+        renamed for its tensor/context groups, within_stage.grouped: its members' collectives
+        inside the group use the kind's own through NodeLinks, its data-parallel ones these)."""
         ks = set(kinds)
         return self.kinds.get(next(iter(ks)), self) if len(ks) == 1 else self
 
