@@ -56,7 +56,7 @@ def _runnable(p: dict, cpu: dict[str, float]) -> tuple[list[str], list[float]]:
 def _inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], memory_gb: float,
                only: str | None = None) -> Path:
     """Two devices of each kind (or of `only`); collectives among one kind's pair priced from the
-    records measured on that pair (tmp/comm-<kind>: _kind_links), the rest from the four ranks'."""
+    records measured on that pair (tmp/comm-<kind>: _measure_kind_links), the rest from the four ranks'."""
     here = [k for k in kinds if only in (None, k)]
     own = ", ".join(f"{k}: {path.parent / f'comm-{k}'}" for k in here)
     path.write_text("devices:\n" + "".join(
@@ -65,7 +65,7 @@ def _inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], m
     return path
 
 
-def _kind_links(env: dict, tmp: Path, kinds: dict[str, float]) -> None:
+def _measure_kind_links(env: dict, tmp: Path, kinds: dict[str, float]) -> None:
     """`harness comm` on each kind's pair alone, held at its quota, into tmp/comm-<kind>: gloo
     reduces on the ranks' own CPUs, so each pair's collectives are its own (inventory.Links.kinds
     has the figures)."""
@@ -107,7 +107,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2, amo
         data_dir = dataset(tmp)
         held = {**env, rank_cpu.ENV: f"{FAST},{FAST},{slow},{slow}"}
         run_harness(held, 4, "comm", *COMM_ARGS)
-        _kind_links(env, tmp, kinds)
+        _measure_kind_links(env, tmp, kinds)
         shapes = ("dp", "pp")
         jobs: dict[str, dict] = {}  # shape -> job name -> (plan, batch, inventory path of round r)
         steps = {s: {} for s in shapes}
