@@ -178,14 +178,21 @@ def apply_optimizer(ts) -> None:
     """The workload's optimizer and schedule over the built model's parameters (FSDP has
     replaced them by their shards); zero1 then shards its state over the ranks."""
     ts.optimizer, ts.scheduler = ts.make_optimizer(ts.eval_model)
-    if ts.world > 1 and ts.cfg.parallel.tp > 1 and ts.world == ts.cfg.parallel.tp:
-        # tensor parallel alone: DTensor and plain parameters side by side, which the
-        # multi-tensor (foreach) kernels refuse to mix; the per-parameter path takes both
-        for g in ts.optimizer.param_groups:
-            g["foreach"] = False
+    _per_parameter_where_mixed(ts.optimizer)
     if _dp_degree(ts) > 1 and ts.cfg.parallel.data == "zero1":
         group = mesh(ts)["dp"].get_group() if ts.pipeline is not None else None
         ts.optimizer = zero1(ts.optimizer, ts.scheduler, group)
+
+
+def _per_parameter_where_mixed(opt: torch.optim.Optimizer) -> None:
+    """DTensor and plain parameters side by side (tensor parallel alone, or with a pipeline: the
+    rest stay plain; expert parallel's experts beside FSDP's shards), which the multi-tensor
+    (foreach, fused) kernels refuse to mix ("got mixed torch.Tensor and DTensor"): the
+    per-parameter path, which takes both, for every group."""
+    from torch.distributed.tensor import DTensor
+    if len({isinstance(p, DTensor) for g in opt.param_groups for p in g["params"]}) > 1:
+        for g in opt.param_groups:
+            g["foreach"], g["fused"] = False, False
 
 
 def zero1(opt: torch.optim.Optimizer, sched, group=None) -> torch.optim.Optimizer:

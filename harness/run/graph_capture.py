@@ -54,7 +54,8 @@ def graph_safe_optimizer(optimizer: torch.optim.Optimizer, device: torch.device)
     for group in optimizer.param_groups:
         group["lr"] = torch.tensor(float(group["lr"]), device=device)
         if "capturable" in group:  # Adam/AdamW: step counters on the device, no host reads
-            group["capturable"] = True
+            # in the foreach form, the one captured on the GPU (not the fused kernel LM asks for)
+            group["capturable"], group["fused"] = True, False
         elif "fused" in group:
             # SGD: its foreach path turns a tensor LR into a host scalar (lr.item(), a sync that
             # breaks capture: "operation failed due to a previous error during capture" on an
