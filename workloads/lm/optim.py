@@ -1,10 +1,8 @@
 """AdamW (0.9, 0.95), weight decay on matrices only, linear warm-up then cosine to 10% of the
 peak (nanoGPT's recipe), in torch's fused kernel (nanoGPT and torchtitan use it too): one pass over
 all parameters instead of a loop of small ops. Measured on LM small (10.9 M parameters, 1 thread,
-Xeon, 2026-12-05): 37 ms a step for the per-parameter loop, 36 for foreach, 11 fused. That is a
-fixed cost of every step, paid in full by every data-parallel rank, so it weighs most on slow
-ranks given few samples (harness/bench/planner_seed.py). Places that need another path switch it
-off there: CUDA Graphs' capturable form (run/graph_capture.py), DTensor and plain parameters in
+Xeon, 2026-12-05): 37 ms a step for the per-parameter loop, 36 for foreach, 11 fused; a fixed
+cost of every step on every data-parallel rank. Places that need another path switch it off there: CUDA Graphs' capturable form (run/graph_capture.py), DTensor and plain parameters in
 one optimizer (tensor parallel, expert parallel beside FSDP: parallel/strategies.py)."""
 from __future__ import annotations
 
