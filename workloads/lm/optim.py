@@ -2,8 +2,9 @@
 peak (nanoGPT's recipe), in torch's fused kernel (nanoGPT and torchtitan use it too): one pass over
 all parameters instead of a loop of small ops. Measured on LM small (10.9 M parameters, 1 thread,
 Xeon, 2026-12-05): 37 ms a step for the per-parameter loop, 36 for foreach, 11 fused; a fixed
-cost of every step on every data-parallel rank. Places that need another path switch it off there: CUDA Graphs' capturable form (run/graph_capture.py), DTensor and plain parameters in
-one optimizer (tensor parallel, expert parallel beside FSDP: parallel/strategies.py)."""
+cost of every step on every data-parallel rank. Places that need another path switch it off
+there: CUDA Graphs' capturable form (run/graph_capture.py), DTensor and plain parameters in one
+optimizer (tensor parallel, expert parallel beside FSDP: parallel/strategies.py)."""
 from __future__ import annotations
 
 import math
