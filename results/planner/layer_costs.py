@@ -83,7 +83,8 @@ class Costs:
                  flop_per_sample: dict[str, float] | None = None, flop_s: float | None = None,
                  measured: bool = True, source: str = "", tied_params: int = 0, model: str = "",
                  kv_bytes_per_sample: float | None = None, kv_heads: int | None = None,
-                 grad_copy_s_per_byte: float = 0.0, shares: dict | None = None,
+                 grad_copy_s_per_byte: float = 0.0, grad_accumulate_s_per_byte: float = 0.0,
+                 shares: dict | None = None,
                  in_step: dict | None = None, tp_splits: tuple[str, ...] = KINDS,
                  spread: dict[str, list[tuple[int, float]]] | None = None):
         self.name, self.params, self.n_blocks = name, params, n_blocks
@@ -93,6 +94,9 @@ class Costs:
         # DDP's copies of the gradients into its buckets and back, per gradient byte (profiled;
         # 0 for a what-if shape and for profiles older than the measurement)
         self.grad_copy_s_per_byte = grad_copy_s_per_byte
+        # autograd adding a microbatch's gradients into the step's so far, per gradient byte
+        # (profiled; 0 for a what-if shape and for profiles older than the measurement)
+        self.grad_accumulate_s_per_byte = grad_accumulate_s_per_byte
         # {"block_tp2": {"fwd": [(b, share)], "bwd": ...}}: a group member's block over the whole
         # block, timed in alternating passes (harness/planning/profile.py _time_share)
         self._shares = shares or {}
@@ -189,6 +193,11 @@ class Costs:
         buckets and back, on each data-parallel rank, every step (serial with its compute)."""
         return params * self.grad_bytes_per_param * self.grad_copy_s_per_byte
 
+    def grad_accumulate_s(self, params: float) -> float:
+        """Seconds autograd spends adding one microbatch's gradients of `params` parameters into
+        those already accumulated (every microbatch of a step after the first; serial with the backward)."""
+        return params * self.grad_bytes_per_param * self.grad_accumulate_s_per_byte
+
     def sample_s(self, b: float) -> float:
         """Forward + backward of the whole model, per sample, at microbatch b."""
         total = sum(self.fwd(k, b) + self.bwd(k, b) for k in ("embedding", "head"))
@@ -249,7 +258,8 @@ def from_profile(name: str, record: Path) -> Costs:
                  boundary_bytes_per_sample=s["boundary_bytes_per_sample"],
                  state_bytes_per_param=s["state_bytes_per_param"], grad_bytes_per_param=4,
                  optimizer_s_per_param=s["optimizer_s_per_param"], times=times, saved_per_sample=saved,
-                 grad_copy_s_per_byte=s.get("grad_copy_s_per_byte", 0.0), shares=shares,
+                 grad_copy_s_per_byte=s.get("grad_copy_s_per_byte", 0.0),
+                 grad_accumulate_s_per_byte=s.get("grad_accumulate_s_per_byte", 0.0), shares=shares,
                  in_step={k: [(r["microbatch"], r["in_step_s"]) for r in rows]
                           for k, rows in s.get("in_step", {}).items() if isinstance(rows, list) and rows},
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],

@@ -101,6 +101,7 @@ class GroupCosts(Costs):
         self.state_bytes_per_param, self.grad_bytes_per_param = base.state_bytes_per_param, base.grad_bytes_per_param
         self.optimizer_s_per_param = base.optimizer_s_per_param
         self.grad_copy_s_per_byte = base.grad_copy_s_per_byte
+        self.grad_accumulate_s_per_byte = base.grad_accumulate_s_per_byte
         self.measured = base.measured
         self._spread = base._spread  # a member's block runs as noisily as the whole block (not measured apart)
         dims = [(d, v) for d, v in (("tp", g.tp), ("cp", g.cp)) if v > 1]
