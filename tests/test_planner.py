@@ -225,6 +225,9 @@ def test_profile_measures_every_layer_kind_and_counts_the_model_once(tiny_profil
     # DDP's gradient copies, per byte: into the buckets and back is 2 x 4 B moved a byte of fp32
     # gradient, so between 1 ns (8 GB/s) and 10 us (100 KB/s) a byte on any CPU this runs on
     assert 1e-11 < s["grad_copy_s_per_byte"] < 1e-5
+    # a pipeline's gradient accumulation, per byte: read two fp32 bytes and write one, same bounds
+    assert 1e-11 < s["grad_accumulate_s_per_byte"] < 1e-5
+    assert s["timed"]["grad_accumulate"]["cost_s"] > 0 and s["timed"]["by"] == "wall seconds"  # no quota here
 
 
 def test_plan_from_measured_profiles_writes_a_cell_that_names_the_split(tiny_profile, tmp_path):
@@ -326,6 +329,11 @@ def test_ranks_profile_together_each_held_to_its_share(tmp_path):
         assert s["profiled_with"]["ranks"] == 2 and f"-r{rank}-" in r.name
         assert s["profiled_with"]["ended"] == "together"
         assert s["constraint"]["cpus"] == ([1.0, 0.5][rank] if held else None)
+        # held, the figures are CPU seconds at the rank's metered rate: about 1 / its CPUs wall
+        # seconds per CPU second (at least; more where the ranks wait for a core)
+        assert s["timed"]["by"] == ("cpu seconds x the rank's wall per cpu second" if held else "wall seconds")
+        if held:
+            assert s["timed"]["wall_per_cpu"] >= 0.8 / s["constraint"]["cpus"]
         # each measurement lasted at least cell_s: more passes than the repeats asked for
         assert len(s["layers"]["embedding"][0]["fwd_samples_s"]) > 1
         passes_held.append([row["held_passes"] for rows in s["layers"].values() for row in rows])

@@ -192,7 +192,7 @@ def test_a_share_is_timed_in_alternating_passes_with_the_block(monkeypatch):
         order.append(module)
         f, b = costs[module]
         clock[0] += f + b
-        return f, b, 100, 10
+        return f, b, 100, 10, f, b
     monkeypatch.setattr(cells, "one_pass", fake_pass)
     monkeypatch.setattr(cells, "now", lambda: clock[0])
     row = cells.time_in_rounds({"share": cells.Share(("whole", None), ("part", None))}, repeats=4)["share"]

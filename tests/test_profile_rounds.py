@@ -18,7 +18,7 @@ def drifting(monkeypatch):
         cost = base * (1 + drift * len(order))
         order.append(module)
         clock[0] += cost
-        return cost / 3, 2 * cost / 3, 0, 0
+        return cost / 3, 2 * cost / 3, 0, 0, cost / 3, 2 * cost / 3  # CPU = wall: no quota
     monkeypatch.setattr(cells, "one_pass", fake_pass)
     monkeypatch.setattr(cells, "now", lambda: clock[0])
     return order
@@ -33,7 +33,7 @@ def fake_passes(monkeypatch, cost_of):
         k = n[module] = n.get(module, -1) + 1
         cost = cost_of(module, k)
         clock[0] += cost
-        return cost, 0.0, 0, 0
+        return cost, 0.0, 0, 0, cost, 0.0
     monkeypatch.setattr(cells, "one_pass", fake_pass)
     monkeypatch.setattr(cells, "now", lambda: clock[0])
     return clock
@@ -71,7 +71,7 @@ def test_a_precise_cell_samples_on_while_another_is_not_and_says_so(monkeypatch)
     def fake_pass(module, make_input, loss_fn):
         cost = 0.01 if module == "steady" else 0.01 * next(noisy)
         clock[0] += cost
-        return cost, 0.0, 0, 0
+        return cost, 0.0, 0, 0, cost, 0.0
     monkeypatch.setattr(cells, "one_pass", fake_pass)
     monkeypatch.setattr(cells, "now", lambda: clock[0])
     rows = cells.time_in_rounds({"steady": cells.Layer("steady", None), "noisy": cells.Layer("noisy", None)},
@@ -126,7 +126,7 @@ def test_a_call_cell_times_each_call():
     calls = []
     row = cells.time_in_rounds({"opt": cells.Call(lambda: calls.append(1))}, repeats=4)["opt"]
     assert len(calls) == 5 and len(row["samples_s"]) == 4  # one untimed, then the repeats
-    assert row["median_s"] >= 0 and row["ended_by"] == "repeats"
+    assert row["cost_s"] == row["median_s"] >= 0 and row["ended_by"] == "repeats"  # by wall: the median visit
 
 
 def test_a_visits_sample_is_its_passes_mean_so_a_quotas_waits_count(monkeypatch):
@@ -139,10 +139,58 @@ def test_a_visits_sample_is_its_passes_mean_so_a_quotas_waits_count(monkeypatch)
         n[0] += 1
         cost = 0.013 if n[0] % 4 == 0 else 0.001
         clock[0] += cost
-        return cost, 0.0, 0, 0
+        return cost, 0.0, 0, 0, cost, 0.0
     monkeypatch.setattr(cells, "one_pass", fake_pass)
     monkeypatch.setattr(cells, "now", lambda: clock[0])
     per_pass = cells.time_in_rounds({"emb": cells.Layer("emb", None)}, repeats=40)["emb"]
     assert per_pass["fwd_s"] == pytest.approx(0.001)
     visits = cells.time_in_rounds({"emb": cells.Layer("emb", None)}, repeats=5, visit_s=0.1)["emb"]
     assert visits["fwd_s"] == pytest.approx(0.004, rel=0.1) and len(visits["fwd_samples_s"]) == 5
+
+
+def test_held_to_a_quota_the_figures_are_cpu_seconds_at_the_ranks_rate(monkeypatch):
+    """by_cpu on fake clocks: a block of 8 ms CPU a pass whose wall time falls in modes a quota
+    period apart (20 ms twice, then 11 ms: a 0.5-CPU rank's forward), an embedding of 1 ms CPU that
+    never waits. The median visit reads the block 20 ms, the wall mean of all its passes is 17 ms;
+    by CPU both cells cost their CPU at the rank's one rate (all wall over all CPU), so their ratio
+    is their CPU's, 8, and the figures times the passes add up to the wall time the passes took."""
+    clock, cpu, n = [0.0], [0.0], {"block": 0, "emb": 0}
+    walls = {"block": (0.020, 0.020, 0.011), "emb": (0.001,)}
+    cpus = {"block": 0.008, "emb": 0.001}
+
+    def fake_pass(module, make_input, loss_fn):
+        w = walls[module][n[module] % len(walls[module])]
+        n[module] += 1
+        clock[0] += w
+        cpu[0] += cpus[module]
+        return w, 0.0, 0, 0, cpus[module], 0.0
+    monkeypatch.setattr(cells, "one_pass", fake_pass)
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    monkeypatch.setattr(cells, "cpu_now", lambda: cpu[0])
+    timed = {"block": cells.Layer("block", None), "emb": cells.Layer("emb", None)}
+    rows = cells.time_in_rounds(timed, repeats=30, by_cpu=True)
+    block, emb = rows["block"], rows["emb"]
+    assert block["fwd_wall_median_s"] == pytest.approx(0.020)  # the median visit: what the profile read before
+    assert block["fwd_s"] / emb["fwd_s"] == pytest.approx(8.0)
+    rate = block["wall_per_cpu"]
+    assert rate == pytest.approx(sum(timed["block"].fwd + timed["emb"].fwd) / (30 * 0.009))
+    assert 30 * (block["fwd_s"] + emb["fwd_s"]) == pytest.approx(sum(timed["block"].fwd + timed["emb"].fwd))
+    assert block["fwd_cpu_samples_s"] == pytest.approx([0.008] * 30)
+    # the same passes by wall: the median visit's, 20 ms and 1 ms
+    n.update(block=0, emb=0)
+    by_wall = cells.time_in_rounds({"block": cells.Layer("block", None), "emb": cells.Layer("emb", None)},
+                                   repeats=30)
+    assert by_wall["block"]["fwd_s"] == pytest.approx(0.020) and by_wall["block"]["wall_per_cpu"] is None
+
+
+def test_a_call_cell_by_cpu_costs_its_cpu_at_the_rate(monkeypatch):
+    clock, cpu = [0.0], [0.0]
+
+    def fn():  # 2 ms CPU in 5 ms wall
+        clock[0] += 0.005
+        cpu[0] += 0.002
+    monkeypatch.setattr(cells, "now", lambda: clock[0])
+    monkeypatch.setattr(cells, "cpu_now", lambda: cpu[0])
+    row = cells.time_in_rounds({"opt": cells.Call(fn)}, repeats=4, by_cpu=True)["opt"]
+    assert row["wall_per_cpu"] == pytest.approx(2.5) and row["cost_s"] == pytest.approx(0.005)
+    assert row["cpu_samples_s"] == pytest.approx([0.002] * 4) and row["median_s"] == pytest.approx(0.005)

@@ -18,8 +18,18 @@ the embedding's passes had a median of 0.45 ms and a mean of 1.83 ms (2026-12-05
 real rate is the mean. A block is one pass a visit, after other cells' passes, as in a step,
 where each block follows another block's weights.
 
+Under a quota (by_cpu) the pass a visit is not enough: a pass of a few periods ends in whole
+periods or not, and its wall time falls in modes a period apart. LM small's block forward at
+microbatch 1 on a 0.5-CPU rank ran 11 or 20 ms (10 ms periods), median 19.6 ms against a mean of
+17.1; at 0.25 CPU the median was 2-9% above the mean (2026-12-05, Xeon), and the two 0.25-CPU
+ranks of one profile read the block 11% apart. A step sums many passes, so it costs their mean,
+and a mean of few such visits is noisy. So each cell's figure is its mean CPU seconds (not
+quantized: the process's own clock) times the rank's wall seconds per CPU second over every
+timed pass of every cell (which the quota and the ranks sharing the machine set; a throttled
+wait lands in a pass in proportion to its CPU, so over all passes the rate is the rank's).
+
 A cell's stop rule (`stop`): never before `repeats` visits and `cell_s` seconds; then when the
-distribution-free 95% interval of its median visit is within +-precision, or when the profile's
+distribution-free 95% interval of its median visit (in CPU seconds, by_cpu) is within +-precision, or when the profile's
 budget (budget_s per cell, all cells together) has gone by. A cell whose rule is met samples on
 while the others finish (its later visits are kept, in its figures, and counted as `held_passes`,
 the name the records had when a cell was timed one pass at a time), and its rule is asked again
@@ -30,11 +40,14 @@ rank is timed on a machine its peers have left quieter.
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
 
 from harness.measure.timing import now
 from results.stats.estimators import median_interval
+
+cpu_now = time.process_time  # CPU seconds of the process, every thread: what a CPU quota meters
 
 
 def _saved_bytes(fn) -> tuple[object, int]:
@@ -52,17 +65,19 @@ def _saved_bytes(fn) -> tuple[object, int]:
     return out, sum(seen.values())
 
 
-def one_pass(module, make_input, loss_fn) -> tuple[float, float, int, int]:
+def one_pass(module, make_input, loss_fn) -> tuple[float, float, int, int, float, float]:
     """One forward and backward of `module` on make_input(): (fwd s, bwd s, bytes autograd saved,
-    the output's bytes). With loss_fn the backward starts from the loss, else from ones."""
+    the output's bytes, fwd CPU s, bwd CPU s). With loss_fn the backward starts from the loss,
+    else from ones."""
     x = make_input()
     module.zero_grad(set_to_none=True)
-    t0 = now()
+    c0, t0 = cpu_now(), now()
     out, saved = _saved_bytes(lambda: module(x) if loss_fn is None else loss_fn(module(x)))
-    t1 = now()
+    t1, c1 = now(), cpu_now()
     out.backward(None if loss_fn else torch.ones_like(out))
-    t2 = now()
-    return t1 - t0, t2 - t1, saved, (out.numel() * out.element_size() if loss_fn is None else 0)
+    t2, c2 = now(), cpu_now()
+    return (t1 - t0, t2 - t1, saved, (out.numel() * out.element_size() if loss_fn is None else 0),
+            c1 - c0, c2 - c1)
 
 
 def half_width(samples: list[float]) -> float:
@@ -108,30 +123,47 @@ class Layer:
 
     def __init__(self, module, make_input, loss_fn=None):
         self.args = (module, make_input, loss_fn)
-        self.fwd: list[float] = []
+        self.fwd: list[float] = []  # each visit's mean forward, wall seconds
         self.bwd: list[float] = []
-        self.samples: list[float] = []  # the rule's statistic: forward + backward seconds
+        self.fwd_cpu: list[float] = []  # the same in CPU seconds
+        self.bwd_cpu: list[float] = []
+        self.samples: list[float] = []  # the rule's statistic: forward + backward seconds (CPU ones by_cpu)
         self.saved = self.out_bytes = 0
+        self.by_cpu = False
+        self.wall_s = self.cpu_s = 0.0  # over every timed pass: the rank's wall seconds per CPU second
 
     def warm(self) -> None:  # allocator and kernel warm-up, untimed
-        _, _, self.saved, self.out_bytes = one_pass(*self.args)
+        _, _, self.saved, self.out_bytes, _, _ = one_pass(*self.args)
+
+    def spent(self) -> tuple[float, float]:
+        return self.wall_s, self.cpu_s
 
     def _time(self, visit_s: float) -> float:
-        """One visit's mean forward and backward, kept; their sum."""
+        """One visit's mean forward and backward, kept; their sum (in CPU seconds by_cpu)."""
         got = _passes(lambda: one_pass(*self.args), visit_s)
-        f, b = sum(g[0] for g in got) / len(got), sum(g[1] for g in got) / len(got)
-        _, _, self.saved, self.out_bytes = got[-1]
-        self.fwd.append(f)
-        self.bwd.append(b)
-        return f + b
+        mean = [sum(g[i] for g in got) / len(got) for i in range(6)]
+        _, _, self.saved, self.out_bytes, _, _ = got[-1]
+        self.fwd.append(mean[0])
+        self.bwd.append(mean[1])
+        self.fwd_cpu.append(mean[4])
+        self.bwd_cpu.append(mean[5])
+        self.wall_s += sum(g[0] + g[1] for g in got)
+        self.cpu_s += sum(g[4] + g[5] for g in got)
+        return mean[4] + mean[5] if self.by_cpu else mean[0] + mean[1]
 
     def visit(self, visit_s: float = 0.0) -> None:
         self.samples.append(self._time(visit_s))
 
-    def row(self) -> dict:
-        return {"fwd_s": statistics.median(self.fwd), "bwd_s": statistics.median(self.bwd),
-                "fwd_samples_s": self.fwd, "bwd_samples_s": self.bwd, "saved_bytes": self.saved,
+    def row(self, rate: float | None = None) -> dict:
+        """Forward and backward seconds: the median visit's, or with `rate` (wall seconds per CPU
+        second) the mean visit's CPU seconds at that rate (the module docstring says why)."""
+        kept = {"fwd_samples_s": self.fwd, "bwd_samples_s": self.bwd, "saved_bytes": self.saved,
                 "out_bytes": self.out_bytes}
+        if rate is None:
+            return {"fwd_s": statistics.median(self.fwd), "bwd_s": statistics.median(self.bwd), **kept}
+        return {"fwd_s": statistics.fmean(self.fwd_cpu) * rate, "bwd_s": statistics.fmean(self.bwd_cpu) * rate,
+                "fwd_wall_median_s": statistics.median(self.fwd), "bwd_wall_median_s": statistics.median(self.bwd),
+                "fwd_cpu_samples_s": self.fwd_cpu, "bwd_cpu_samples_s": self.bwd_cpu, **kept}
 
 
 class Share(Layer):
@@ -148,7 +180,11 @@ class Share(Layer):
         self.whole.warm()
         super().warm()
 
+    def spent(self) -> tuple[float, float]:
+        return self.wall_s + self.whole.wall_s, self.cpu_s + self.whole.cpu_s
+
     def visit(self, visit_s: float = 0.0) -> None:  # whole and part each half the visit
+        self.whole.by_cpu = self.by_cpu
         if len(self.samples) % 2 == 0:
             whole = self.whole._time(visit_s / 2)
             part = self._time(visit_s / 2)
@@ -157,7 +193,12 @@ class Share(Layer):
             whole = self.whole._time(visit_s / 2)
         self.samples.append(part / whole)  # the pair's ratio
 
-    def row(self) -> dict:
+    def row(self, rate: float | None = None) -> dict:
+        """By CPU (rate given) the share is the ratio of the two sides' mean CPU seconds."""
+        if rate is not None:
+            return {**super().row(rate), "share_samples": self.samples,
+                    "share_fwd": statistics.fmean(self.fwd_cpu) / statistics.fmean(self.whole.fwd_cpu),
+                    "share_bwd": statistics.fmean(self.bwd_cpu) / statistics.fmean(self.whole.bwd_cpu)}
         wf, wb = self.whole.fwd, self.whole.bwd
         return {**super().row(), "share_fwd": statistics.median(p / w for p, w in zip(self.fwd, wf)),
                 "share_bwd": statistics.median(p / w for p, w in zip(self.bwd, wb)), "share_samples": self.samples}
@@ -168,34 +209,52 @@ class Call:
 
     def __init__(self, fn):
         self.fn = fn
-        self.samples: list[float] = []
+        self.samples: list[float] = []  # the rule's statistic (CPU seconds by_cpu)
+        self.wall: list[float] = []  # each visit's mean call, wall seconds
+        self.cpu: list[float] = []
+        self.by_cpu = False
+        self.wall_s = self.cpu_s = 0.0
 
     def warm(self) -> None:
         self.fn()
 
+    def spent(self) -> tuple[float, float]:
+        return self.wall_s, self.cpu_s
+
     def visit(self, visit_s: float = 0.0) -> None:
         def timed():
-            t0 = now()
+            c0, t0 = cpu_now(), now()
             self.fn()
-            return now() - t0
+            return now() - t0, cpu_now() - c0
         got = _passes(timed, visit_s)
-        self.samples.append(sum(got) / len(got))
+        self.wall.append(sum(g[0] for g in got) / len(got))
+        self.cpu.append(sum(g[1] for g in got) / len(got))
+        self.wall_s += sum(g[0] for g in got)
+        self.cpu_s += sum(g[1] for g in got)
+        self.samples.append(self.cpu[-1] if self.by_cpu else self.wall[-1])
 
-    def row(self) -> dict:
-        return {"median_s": statistics.median(self.samples), "samples_s": self.samples}
+    def row(self, rate: float | None = None) -> dict:
+        """cost_s, the call's seconds: the median visit's, or with `rate` the mean visit's CPU
+        seconds at that rate; median_s is the median visit's wall seconds either way."""
+        cost = statistics.median(self.wall) if rate is None else statistics.fmean(self.cpu) * rate
+        return {"cost_s": cost, "median_s": statistics.median(self.wall), "samples_s": self.wall,
+                **({"cpu_samples_s": self.cpu} if rate is not None else {})}
 
 
 def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: float = 0.0,
-                   budget_s: float = 4.0, cohort=None, visit_s: float = 0.0) -> dict:
+                   budget_s: float = 4.0, cohort=None, visit_s: float = 0.0, by_cpu: bool = False) -> dict:
     """Every cell warmed once, then visited once a round (visit_s seconds of passes at least, their
     mean the visit's sample), the order reversed each round, until
     every cell's rule is met (in a cohort: every rank's every cell). The budget is budget_s per
     cell, all cells together. Returns each cell's row with its interval's half-width over all its
     visits, what ended its rule (precision, repeats, budget; peers: see below), and how many
-    visits it had past enough: after the round since which its rule held unbroken."""
+    visits it had past enough: after the round since which its rule held unbroken. by_cpu (a
+    process held to a CPU quota): every figure is CPU seconds at the rank's wall/CPU rate over all
+    the cells' timed passes (`wall_per_cpu` in each row), and the rules ask of CPU seconds."""
     if cohort:
         cohort.start()
     for cell in cells.values():
+        cell.by_cpu = by_cpu
         cell.warm()
     names = list(cells)
     since: dict[str, int] = {}  # the round since which each cell's rule has held, unbroken
@@ -220,7 +279,9 @@ def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: fl
         over = mine if cohort is None else cohort.done(mine)
     # "peers": this rank said it was done and sampled on for its peers, and the cell's interval
     # widened past the target meanwhile (in a cohort only: the cohort does not take a rank's word back)
-    return {name: {**cells[name].row(), "half_width": finite(half_width(cells[name].samples)),
+    wall, cpu = (sum(x) for x in zip(*(cell.spent() for cell in cells.values())))
+    rate = wall / cpu if by_cpu and cpu > 0 else None
+    return {name: {**cells[name].row(rate), "wall_per_cpu": rate, "half_width": finite(half_width(cells[name].samples)),
                    "ended_by": why[name] or "peers",
                    "held_passes": rounds - since.get(name, was.get(name, rounds)),
                    "rounds": rounds} for name in names}

@@ -18,7 +18,8 @@ Per model: parameters per layer kind, the optimizer's step time per parameter (A
 the whole model, timed in the same rounds), and what copying every gradient into one flat buffer and
 back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
 buckets and the reduced values come back; at 0.25 CPU this was 0.1 s a step on LM small, 8% of
-it). Model-state bytes per parameter are fp32 weights, gradients and AdamW's two moments: 16 B.
+it), and what adding a gradient into the one already there costs per byte (a pipeline stage
+accumulates its gradients over the step's microbatches). Model-state bytes per parameter are fp32 weights, gradients and AdamW's two moments: 16 B.
 
 The layer kinds are the pipeline's own stage modules (workloads/lm/pipeline_split.py: a stage
 with no blocks holds only the embeddings, or only the final LayerNorm and head), so what is
@@ -97,9 +98,24 @@ def _grad_copy(model):
     return both_ways, flat.numel() * flat.element_size()
 
 
+def _grad_accumulate(model):
+    """(a callable, the bytes of gradient it adds): a new gradient added into every parameter's
+    existing one, in place, as autograd's AccumulateGrad does for each microbatch after the first
+    when a pipeline stage runs several microbatches a step. The layer cells clear their gradients
+    every pass, so their backward leaves this out (LM small, one block at microbatch 1, one thread,
+    Xeon, 2026-12-05: 14.3 ms a backward clearing, 15.8 ms accumulating: 11%)."""
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    new = [torch.randn_like(p) for p in model.parameters()]
+
+    def add():
+        for g, n in zip(grads, new):
+            g.add_(n)
+    return add, sum(g.numel() * g.element_size() for g in grads)
+
+
 def measure(workload: str, size_name: str, microbatches: list[int], repeats: int, cohort=None,
             cell_s: float = 0.0, precision: float = 0.0, budget_s: float = BUDGET_S,
-            shard_names: tuple[str, ...] = ()) -> dict:
+            shard_names: tuple[str, ...] = (), by_cpu: bool = False) -> dict:
     """The profile's figures (see the module docstring). Under a launcher every rank profiles at
     once, in a `cohort` (harness/planning/cohort.py: each measurement started together, ended
     together and cell_s long at least), so each device is measured while the others load the
@@ -143,7 +159,9 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
     copy_grads, copy_bytes = _grad_copy(model)
     timed["optimizer"] = cells.Call(_optimizer_step(wl, model, size))
     timed["grad_copy"] = cells.Call(copy_grads)
-    rows = cells.time_in_rounds(timed, repeats, cell_s, precision, budget_s, cohort, cells.VISIT_S)
+    accumulate, accumulate_bytes = _grad_accumulate(model)
+    timed["grad_accumulate"] = cells.Call(accumulate)
+    rows = cells.time_in_rounds(timed, repeats, cell_s, precision, budget_s, cohort, cells.VISIT_S, by_cpu)
     layers = {kind: [{"microbatch": mb, **rows[f"{kind}@{mb}"]} for mb in microbatches] for kind in measured}
     # a real tpT or cpC group's block against its member's: what the group's collectives add in the step
     # (harness/planning/in_step.py); on one rank, why not
@@ -160,15 +178,19 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
             "params": params, "tied_params": lm["tied_params"], "tp_splits": lm["tp_splits"],
             "state_bytes_per_param": STATE_BYTES_PER_PARAM,
             "boundary_bytes_per_sample": lm["boundary_bytes_per_sample"],
-            "optimizer_s_per_param": rows["optimizer"]["median_s"] / n_params,
-            "grad_copy_s_per_byte": rows["grad_copy"]["median_s"] / copy_bytes,
+            "optimizer_s_per_param": rows["optimizer"]["cost_s"] / n_params,
+            "grad_copy_s_per_byte": rows["grad_copy"]["cost_s"] / copy_bytes,
+            "grad_accumulate_s_per_byte": rows["grad_accumulate"]["cost_s"] / accumulate_bytes,
             "timed": {"how": "rounds", "cells": len(timed), "rounds": rows["optimizer"]["rounds"],
-                      "optimizer": _call_row(rows["optimizer"]), "grad_copy": _call_row(rows["grad_copy"])},
+                      "by": "cpu seconds x the rank's wall per cpu second" if by_cpu else "wall seconds",
+                      "wall_per_cpu": rows["optimizer"]["wall_per_cpu"],
+                      "optimizer": _call_row(rows["optimizer"]), "grad_copy": _call_row(rows["grad_copy"]),
+                      "grad_accumulate": _call_row(rows["grad_accumulate"])},
             "threads": torch.get_num_threads(), "layers": layers, "in_step": in_step_rows}
 
 
 def _call_row(row: dict) -> dict:
-    return {k: row[k] for k in ("median_s", "half_width", "ended_by", "held_passes")}
+    return {k: row[k] for k in ("cost_s", "median_s", "half_width", "ended_by", "held_passes")}
 
 
 def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cpus: float | None,
@@ -218,8 +240,9 @@ def run(workload: str, size_name: str, microbatches: list[int], repeats: int, cp
     schema.open_record(d, started)
     status, reason, summary = schema.FAILED, "", {}
     try:
+        # held to a quota, a pass's wall time is quantized in the quota's periods: cells.py times CPU
         summary = measure(workload, size_name, microbatches, repeats, cohort, cell_s if cohort else 0.0,
-                          precision, budget_s, shard_names)
+                          precision, budget_s, shard_names, by_cpu=quota is not None)
         summary["constraint"] = quota.describe() if quota else {"cpus": None, "how": "unconstrained"}
         summary["profiled_with"] = {"ranks": info.world, "rank": info.rank, "cell_s": cell_s if cohort else 0.0,
                                     "ended": "together" if cohort else "alone"}
