@@ -221,7 +221,8 @@ def cmd_profile(args) -> int:
     timed = s.get("timed") or {}
     if timed.get("wall_per_cpu"):  # held to a quota (harness/planning/cells.py: why)
         print(f"held to {s['constraint'].get('cpus')} CPUs: every figure is CPU seconds x this rank's "
-              f"{timed['wall_per_cpu']:.3f} wall seconds per CPU second (a quota's periods quantize a pass's wall time)")
+              f"{timed['wall_per_cpu']:.3f} wall seconds per CPU second "
+              "(a quota's periods quantize a pass's wall time)")
     print(f"profile: {d}")
     return 0
 

@@ -19,7 +19,8 @@ the whole model, timed in the same rounds), and what copying every gradient into
 back costs per byte (what DDP and replicate do around their all-reduce: the gradients go into the
 buckets and the reduced values come back; at 0.25 CPU this was 0.1 s a step on LM small, 8% of
 it), and what adding a gradient into the one already there costs per byte (a pipeline stage
-accumulates its gradients over the step's microbatches). Model-state bytes per parameter are fp32 weights, gradients and AdamW's two moments: 16 B.
+accumulates its gradients over the step's microbatches). Model-state bytes per parameter are
+fp32 weights, gradients and AdamW's two moments: 16 B.
 
 The layer kinds are the pipeline's own stage modules (workloads/lm/pipeline_split.py: a stage
 with no blocks holds only the embeddings, or only the final LayerNorm and head), so what is
