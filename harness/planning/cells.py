@@ -29,13 +29,13 @@ timed pass of every cell (which the quota and the ranks sharing the machine set;
 wait lands in a pass in proportion to its CPU, so over all passes the rate is the rank's).
 
 A cell's stop rule (`stop`): never before `repeats` visits and `cell_s` seconds; then when the
-distribution-free 95% interval of its median visit (in CPU seconds, by_cpu) is within +-precision, or when the profile's
-budget (budget_s per cell, all cells together) has gone by. A cell whose rule is met samples on
-while the others finish (its later visits are kept, in its figures, and counted as `held_passes`,
-the name the records had when a cell was timed one pass at a time), and its rule is asked again
-each round: a rank is done when all its cells' rules hold in the same round. In a cohort of ranks
-profiled together (harness/planning/cohort.py) the rounds end once every rank has been done: no
-rank is timed on a machine its peers have left quieter.
+distribution-free 95% interval of its median visit (in CPU seconds, by_cpu) is within
++-precision, or when the profile's budget (budget_s per cell, all cells together) has gone by. A
+cell whose rule is met samples on while the others finish (its later visits are kept, in its
+figures, and counted as `held_passes`, the name the records had when a cell was timed one pass at
+a time), and its rule is asked again each round: a rank is done when all its cells' rules hold in
+the same round. In a cohort of ranks profiled together (harness/planning/cohort.py) the rounds
+end once every rank has been done: no rank is timed on a machine its peers have left quieter.
 """
 from __future__ import annotations
 
@@ -281,7 +281,8 @@ def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: fl
     # widened past the target meanwhile (in a cohort only: the cohort does not take a rank's word back)
     wall, cpu = (sum(x) for x in zip(*(cell.spent() for cell in cells.values())))
     rate = wall / cpu if by_cpu and cpu > 0 else None
-    return {name: {**cells[name].row(rate), "wall_per_cpu": rate, "half_width": finite(half_width(cells[name].samples)),
+    return {name: {**cells[name].row(rate), "wall_per_cpu": rate,
+                   "half_width": finite(half_width(cells[name].samples)),
                    "ended_by": why[name] or "peers",
                    "held_passes": rounds - since.get(name, was.get(name, rounds)),
                    "rounds": rounds} for name in names}
