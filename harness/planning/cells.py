@@ -118,7 +118,26 @@ def _passes(fn, visit_s: float) -> list:
     return got
 
 
-class Layer:
+class _Tally:
+    """What every cell keeps besides its samples: whether its rule asks of CPU seconds (a rank held
+    to a quota), and the wall and CPU seconds of all its timed passes (the rank's rate, summed
+    over every cell by time_in_rounds)."""
+
+    by_cpu = False
+    wall_s = cpu_s = 0.0
+
+    def time_by_cpu(self, on: bool) -> None:
+        self.by_cpu = on
+
+    def _tally(self, wall_s: float, cpu_s: float) -> None:
+        self.wall_s += wall_s
+        self.cpu_s += cpu_s
+
+    def spent(self) -> tuple[float, float]:
+        return self.wall_s, self.cpu_s
+
+
+class Layer(_Tally):
     """A layer kind at one microbatch: forward and backward of `module` on make_input()."""
 
     def __init__(self, module, make_input, loss_fn=None):
@@ -129,14 +148,9 @@ class Layer:
         self.bwd_cpu: list[float] = []
         self.samples: list[float] = []  # the rule's statistic: forward + backward seconds (CPU ones by_cpu)
         self.saved = self.out_bytes = 0
-        self.by_cpu = False
-        self.wall_s = self.cpu_s = 0.0  # over every timed pass: the rank's wall seconds per CPU second
 
     def warm(self) -> None:  # allocator and kernel warm-up, untimed
         _, _, self.saved, self.out_bytes, _, _ = one_pass(*self.args)
-
-    def spent(self) -> tuple[float, float]:
-        return self.wall_s, self.cpu_s
 
     def _time(self, visit_s: float) -> float:
         """One visit's mean forward and backward, kept; their sum (in CPU seconds by_cpu)."""
@@ -147,8 +161,7 @@ class Layer:
         self.bwd.append(mean[1])
         self.fwd_cpu.append(mean[4])
         self.bwd_cpu.append(mean[5])
-        self.wall_s += sum(g[0] + g[1] for g in got)
-        self.cpu_s += sum(g[4] + g[5] for g in got)
+        self._tally(sum(g[0] + g[1] for g in got), sum(g[4] + g[5] for g in got))
         return mean[4] + mean[5] if self.by_cpu else mean[0] + mean[1]
 
     def visit(self, visit_s: float = 0.0) -> None:
@@ -180,11 +193,14 @@ class Share(Layer):
         self.whole.warm()
         super().warm()
 
+    def time_by_cpu(self, on: bool) -> None:
+        super().time_by_cpu(on)
+        self.whole.time_by_cpu(on)
+
     def spent(self) -> tuple[float, float]:
         return self.wall_s + self.whole.wall_s, self.cpu_s + self.whole.cpu_s
 
     def visit(self, visit_s: float = 0.0) -> None:  # whole and part each half the visit
-        self.whole.by_cpu = self.by_cpu
         if len(self.samples) % 2 == 0:
             whole = self.whole._time(visit_s / 2)
             part = self._time(visit_s / 2)
@@ -204,7 +220,7 @@ class Share(Layer):
                 "share_bwd": statistics.median(p / w for p, w in zip(self.bwd, wb)), "share_samples": self.samples}
 
 
-class Call:
+class Call(_Tally):
     """Seconds of fn() per call (the optimizer's step, the gradients' copy)."""
 
     def __init__(self, fn):
@@ -212,14 +228,9 @@ class Call:
         self.samples: list[float] = []  # the rule's statistic (CPU seconds by_cpu)
         self.wall: list[float] = []  # each visit's mean call, wall seconds
         self.cpu: list[float] = []
-        self.by_cpu = False
-        self.wall_s = self.cpu_s = 0.0
 
     def warm(self) -> None:
         self.fn()
-
-    def spent(self) -> tuple[float, float]:
-        return self.wall_s, self.cpu_s
 
     def visit(self, visit_s: float = 0.0) -> None:
         def timed():
@@ -229,8 +240,7 @@ class Call:
         got = _passes(timed, visit_s)
         self.wall.append(sum(g[0] for g in got) / len(got))
         self.cpu.append(sum(g[1] for g in got) / len(got))
-        self.wall_s += sum(g[0] for g in got)
-        self.cpu_s += sum(g[1] for g in got)
+        self._tally(sum(g[0] for g in got), sum(g[1] for g in got))
         self.samples.append(self.cpu[-1] if self.by_cpu else self.wall[-1])
 
     def row(self, rate: float | None = None) -> dict:
@@ -254,7 +264,7 @@ def time_in_rounds(cells: dict, repeats: int, cell_s: float = 0.0, precision: fl
     if cohort:
         cohort.start()
     for cell in cells.values():
-        cell.by_cpu = by_cpu
+        cell.time_by_cpu(by_cpu)
         cell.warm()
     names = list(cells)
     since: dict[str, int] = {}  # the round since which each cell's rule has held, unbroken
