@@ -37,11 +37,22 @@ def test_against_a_mixed_job_the_ratio_is_the_seeds_utilization():
     (["parallel.jobs=2", "parallel.data=fsdp", "ranks=2"], "parallel.jobs=2 composes with plain parallel.data=ddp"),
     (["parallel.jobs=3", "ranks=2"], "parallel.jobs=3 does not divide ranks=2; valid: 1, 2"),
     (["parallel.jobs=2"], "parallel.jobs=2 needs more than one rank"),
+    (["parallel.jobs=2", "parallel.pp=2", "ranks=2"], "each job is one pipeline, so pp must be ranks / jobs = 1"),
+    (["parallel.jobs=2", "parallel.tp=2", "ranks=4"], "or with one pipeline a job (parallel.pp) so far"),
 ])
 def test_bad_jobs_is_one_line_exit_2(env, sets, fragment):
     p = harness(env, "run", "lm", *[a for s in sets for a in ("--set", s)], "--no-ingest", timeout=120)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
     assert fragment in p.stderr
+
+
+def test_one_pipeline_a_job_holds_its_own_contiguous_ranks():
+    """Mesh (pp, dp, tp) with dp = the job: job j's stages on ranks j*pp .., as members() has them;
+    init_device_mesh's row-major layout would put stage 0 of every job on ranks 0 .. jobs-1."""
+    assert jobs.pipeline_mesh(4, 2) == [[[0], [2]], [[1], [3]]]
+    mesh = jobs.pipeline_mesh(6, 2)  # 2 jobs of 3 stages
+    for j, ranks in enumerate(jobs.members(6, 2)):
+        assert [mesh[s][j][0] for s in range(3)] == ranks
 
 
 def test_the_label_names_the_jobs():
@@ -92,5 +103,51 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
     assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
     base = ab["baseline"]  # the jobs' side: each job's own step beside the combined one
     assert len(base["job_step_s"]) == len(base["step_s"])
+    for both, step in zip(base["job_step_s"], base["step_s"]):
+        assert step == pytest.approx(2 / (1 / both[0] + 1 / both[1]))
+
+
+@pytest.mark.slow
+def test_two_pipelines_on_four_ranks_train_apart_and_interleave_against_the_mixed_pipelines(env, data_root):
+    """Job 0 a 2-stage pipeline on ranks 0, 1 and job 1 on ranks 2, 3, each on half the batch:
+    the first step's loss is the global batch's, later ones are not the one-rank run's (no
+    gradient passes between the jobs: each rank's all-reduce is the tied embedding's alone). Then
+    two mixed pipelines over the same ranks (stage 0 on ranks 0, 1) interleaved against the jobs."""
+    tiny_dataset(data_root, "lm")
+    p = harness(env, "run", "lm", *STEPS)
+    assert p.returncode == 0, p.stderr
+    (ref_dir,) = run_dirs(env)
+    ref = [m["loss"] for m in schema.read_metrics(ref_dir) if m["kind"] == "step"]
+    pipe = ["--set", "parallel.pp=2", "--set", "parallel.microbatches=2"]
+
+    before = set(run_dirs(env))
+    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, *pipe, "--set", "parallel.jobs=2", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]
+    steps = [m for m in rec["metrics"] if m["kind"] == "step"]
+    assert steps[0]["loss"] == pytest.approx(ref[0], rel=1e-5)
+    assert all(abs(m["loss"] / r - 1) > 1e-4 for m, r in zip(steps[1:], ref[1:]))  # not one world's update
+    for m in steps:
+        assert m["job_step_s"] == [max(m["rank_step_s"][:2]), max(m["rank_step_s"][2:])]
+        assert m["step_s"] == pytest.approx(jobs.step_s(m["rank_step_s"], 2))
+    acc = rec["summary"]["parallel"]
+    for measured, analytic in zip(acc["measured_per_rank"], acc["analytic_per_rank"]):
+        assert {k: v["bytes"] for k, v in measured.items()} == pytest.approx(analytic, rel=0.01)
+    tied = acc["analytic_per_rank"][0]["all_reduce"]  # the embedding's gradient, on a job's two ranks
+    assert tied > 0 and all(a["all_reduce"] == tied for a in acc["analytic_per_rank"])
+    pipeline = rec["summary"]["pipeline"]  # rank 0's job's timeline: its stages on ranks 0 and 1
+    assert pipeline["pp"] == 2 and {e["rank"] for e in pipeline["events"]} == {0, 1}
+
+    before = set(run_dirs(env))
+    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, *pipe, "--set", "interleave=true",
+               "--set", "budget_s=4", "--set", "against=parallel.jobs=2", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]
+    ab = rec["summary"]["ab"]
+    assert ab["against"] == "parallel.jobs=2" and not ab["aa"]
+    assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
+    base = ab["baseline"]
     for both, step in zip(base["job_step_s"], base["step_s"]):
         assert step == pytest.approx(2 / (1 / both[0] + 1 / both[1]))

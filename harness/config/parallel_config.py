@@ -92,7 +92,9 @@ class Parallel:
     jobs.py): global batch / sum over jobs of (job's samples / its slowest rank's step). What it
     is for: each device kind's own job run at once on its own ranks, interleaved against the mixed
     job on the same ranks, gives the seed's utilization bound drift-free (HETHUB, arXiv
-    2405.16256; harness/bench/planner_seed.py). Plain ddp only so far."""
+    2405.16256; harness/bench/planner_seed.py). Plain ddp; or each job one pipeline (parallel.pp =
+    ranks / jobs, each job's stages on its own contiguous ranks: harness/parallel/jobs.pipeline_mesh),
+    for each kind's own pipeline run at once against a mixed pipeline."""
 
     def __post_init__(self) -> None:
         if self.data not in DATA_STRATEGIES:
@@ -130,9 +132,10 @@ class Parallel:
             if self.tp > 1 or self.pp > 1 or self.ep > 1 or self.cp > 1:
                 raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
                                  "for unequal pipeline stages use parallel.pp_split")
-        if self.jobs > 1 and (self.data != "ddp" or self.model_parallel > 1 or self.ep > 1 or self.recompute != "none"):
-            raise UsageError(f"parallel.jobs={self.jobs} composes with plain parallel.data=ddp (and batch_split) so far; "
-                             f"got {self.label()}")
+        if self.jobs > 1 and (self.data != "ddp" or self.tp > 1 or self.cp > 1 or self.ep > 1
+                              or self.recompute != "none"):
+            raise UsageError(f"parallel.jobs={self.jobs} composes with plain parallel.data=ddp (and batch_split) or "
+                             f"with one pipeline a job (parallel.pp) so far; got {self.label()}")
         if self.ep > 1 and (self.tp > 1 or self.pp > 1 or self.data not in ("ddp", "fsdp")):
             raise UsageError(f"parallel.ep={self.ep} composes with parallel.data=ddp or fsdp so far (experts sharded "
                              f"over ep, the rest data parallel); got {self.label()}")
@@ -233,6 +236,9 @@ class Parallel:
         if ranks % self.model_parallel:
             return (f"pp={self.pp} x cp={self.cp} x tp={self.tp} = {self.model_parallel} ranks per replica does not "
                     f"divide ranks={ranks}")
+        if self.jobs > 1 and self.pp > 1 and ranks // self.jobs != self.pp:
+            return (f"parallel.jobs={self.jobs} with parallel.pp={self.pp} on {ranks} ranks: each job is one pipeline, "
+                    f"so pp must be ranks / jobs = {ranks // self.jobs}")
         # the gradients' group (dp x cp) reduces DTensor parameters: DDP and ZeRO-1 can't
         if self.tp > 1 and ranks // (self.tp * self.pp) > 1 and self.data not in ("fsdp", "zero2"):
             return (f"parallel.data={self.data} with tensor parallel on {ranks} ranks: DDP and ZeRO-1 do not compose "

@@ -36,3 +36,12 @@ def step_s(rank_steps: list[float], jobs: int, shares: list[int] | None = None) 
 def job_steps(rank_steps: list[float], jobs: int) -> list[float]:
     """Each job's own step: its slowest rank's."""
     return [max(rank_steps[r] for r in g) for g in members(len(rank_steps), jobs)]
+
+
+def pipeline_mesh(world: int, jobs: int) -> list[list[list[int]]]:
+    """The (pp, dp, tp) rank layout of `jobs` jobs that are one pipeline each: job j's stages on
+    its own contiguous ranks j*pp .. j*pp + pp - 1 (as members() holds them), so the mesh's "dp"
+    index is the job and its "pp" index the stage. init_device_mesh's row-major layout would put a
+    stage's replicas on contiguous ranks instead (stage 0 on ranks 0..jobs-1): across the jobs."""
+    pp = world // jobs
+    return [[[j * pp + s] for j in range(jobs)] for s in range(pp)]

@@ -40,11 +40,14 @@ def check(cfg: RunConfig, world: int) -> None:
 def data_shard(cfg: RunConfig, dist) -> tuple[int, int]:
     """(data-parallel rank, data-parallel world): the mesh is (pp, dp, cp, tp), row-major as
     init_device_mesh lays it out (harness/config/parallel_config.py), so the tp and cp ranks and
-    the pipeline stages of one replica read the same samples."""
+    the pipeline stages of one replica read the same samples. With parallel.jobs of one pipeline
+    each, a replica is a job's contiguous ranks instead (jobs.pipeline_mesh)."""
     if dist.world == 1:
         return 0, 1
     p = cfg.parallel
     dp = dist.world // p.model_parallel
+    if p.jobs > 1 and p.pp > 1:  # one pipeline a job, each on contiguous ranks (jobs.pipeline_mesh)
+        return dist.rank // p.pp, dp
     return (dist.rank // (p.cp * p.tp)) % dp, dp
 
 
@@ -55,7 +58,13 @@ def mesh(ts):
     if getattr(ts, "mesh", None) is None:
         from torch.distributed.device_mesh import init_device_mesh
         tp, pp, jobs = ts.cfg.parallel.tp, ts.cfg.parallel.pp, ts.cfg.parallel.jobs
-        if jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (harness/parallel/jobs.py)
+        if jobs > 1 and pp > 1:  # independent jobs, one pipeline each: a replica (dp index) is a job's ranks
+            import torch
+            from torch.distributed.device_mesh import DeviceMesh
+            from harness.parallel import jobs as jobs_mod
+            ts.mesh = DeviceMesh(ts.device.type, torch.tensor(jobs_mod.pipeline_mesh(ts.world, jobs)),
+                                 mesh_dim_names=("pp", "dp", "tp"))
+        elif jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (harness/parallel/jobs.py)
             ts.mesh = init_device_mesh(ts.device.type, (jobs, ts.world // jobs), mesh_dim_names=("job", "dp"))
         elif pp > 1:
             ts.mesh = init_device_mesh(ts.device.type, (pp, ts.world // (pp * tp), tp), mesh_dim_names=("pp", "dp", "tp"))
