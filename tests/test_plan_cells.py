@@ -54,3 +54,35 @@ def test_a_pipeline_runs_stage_compute_is_set_beside_the_plans_price_for_it():
     assert stage_compute_over_priced({"strategy": "dp"}, run) is None
     assert stage_compute_over_priced(plan, None) is None
     assert stage_compute_over_priced(plan, {"0": run["0"]}) is None
+
+
+def _pp(order, split, m=12, replicas=1):
+    return {"strategy": "pp", "devices": [k for k in order for _ in range(replicas)], "stage_order": order,
+            "pp_split": split, "schedule": "1f1b", "microbatches": m, "replicas": replicas}
+
+
+def test_each_kinds_own_plans_run_at_once_as_one_jobs_side():
+    """planner_seed._jobs_side: the `against` text that runs both kinds' own plans at once on the
+    mixed plan's ranks (job j on ranks 2j, 2j+1), or why it can't. Pipelines: one section holds
+    both jobs, so both kinds' plans must be one and the same 2-stage pipeline."""
+    from harness.bench.planner_seed import _jobs_side
+    from harness.config.run_config import RunConfig
+    from harness.planning.plan import overrides, rank_kinds
+    mixed = _pp(["b", "a"], [2, 4], replicas=2)  # stage 0 on the two b ranks, stage 1 on the a ranks
+    own = [_pp(["a", "a"], [3, 3]), _pp(["b", "b"], [3, 3])]
+    against, why = _jobs_side(mixed, own, rank_kinds(mixed))
+    assert why is None and against == "parallel.jobs=2;" + ";".join(overrides(own[0]))
+    par = RunConfig(workload="lm", size="small", batch_size=24, ranks=4).with_overrides(
+        [*overrides(mixed), *against.split(";")]).parallel
+    assert (par.jobs, par.pp, par.pp_split, par.microbatches) == (2, 2, "3,3", 12)
+    # the kinds' pipelines differ (microbatches): one parallel section can't hold both
+    _, why = _jobs_side(mixed, [own[0], _pp(["b", "b"], [3, 3], m=6)], rank_kinds(mixed))
+    assert why.startswith("the plans are not all data parallel, nor each kind's one and the same 2-stage")
+    # a 4-stage pipeline whose ranks alternate kinds: no job holds two ranks of one kind
+    _, why = _jobs_side(_pp(["a", "b", "a", "b"], [1, 2, 1, 2]), own, ["a", "b", "a", "b"])
+    assert why == "the mixed plan's ranks are ['a', 'b', 'a', 'b']: not kind by kind in pairs, as the jobs hold them"
+    # data parallel: the kinds' splits in the mixed plan's rank order
+    dp = {"strategy": "dp", "devices": ["b", "b", "a", "a"], "batch_split": [4, 4, 8, 8]}
+    own_dp = [{"strategy": "dp", "devices": ["a", "a"], "batch_split": [6, 6]},
+              {"strategy": "dp", "devices": ["b", "b"], "batch_split": [5, 7]}]
+    assert _jobs_side(dp, own_dp, rank_kinds(dp)) == ("parallel.jobs=2;parallel.batch_split=5,7,6,6", None)

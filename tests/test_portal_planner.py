@@ -154,3 +154,22 @@ def test_the_seed_check_at_a_larger_batch_is_a_row_and_a_sentence_of_its_own():
     below = {**check, "seed_interleaved_amortized": {**check["seed_interleaved_amortized"], "ci95": [0.88, 0.94]}}
     assert "At batch 48: seed utilization 0.920 [0.880, 0.940], below the seed's 0.95" in \
         plan_report.seed_verdict(below)
+
+
+def test_the_pipelines_interleaved_are_a_row_and_a_sentence_or_say_why_not():
+    """planner_seed's `seed_interleaved_pp`: the mixed pipelines against both kinds' own pipelines
+    run at once. Its row is the pipelines'; its sentence follows data parallel's, or says why
+    the check could not run it."""
+    check = {**SEED_CHECK, "seed_interleaved_pp": {
+        "mixed": "pp 2 x (1 cpu0.5+1 cpu0.25 stages) [4, 2] M=12",
+        "jobs": ["pp 1 x (2 cpu0.5 stages) [3, 3] M=12", "pp 1 x (2 cpu0.25 stages) [3, 3] M=12"],
+        "measured": 0.9612, "ci95": [0.9521, 0.9704], "predicted": 0.9838, "error": 0.0236}}
+    rows = plan_report.seed_frame(check).to_dict("records")
+    assert (rows[-1]["shape"], rows[-1]["how measured"], rows[-1]["95% interval"]) == (
+        "pipelines", "interleaved, both kinds' jobs at once", "[0.952, 0.970]")
+    assert plan_report.seed_verdict(check).endswith(
+        "Pipelines, drift-free: seed utilization 0.961 [0.952, 0.970], above the seed's 0.95; predicted 0.984 (+2.4%).")
+    skipped = {**SEED_CHECK, "seed_interleaved_pp": {"skipped": "the mixed plan's ranks are ['a', 'b', 'a', 'b']"}}
+    assert len(plan_report.seed_frame(skipped)) == 3
+    assert plan_report.seed_verdict(skipped).endswith(
+        "Pipelines interleaved: not measured: the mixed plan's ranks are ['a', 'b', 'a', 'b'].")

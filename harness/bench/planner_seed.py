@@ -18,7 +18,8 @@ process group, alternating blocks, and the measured ratio is set beside the pred
 (`choice`); so is the seed's utilization of the data-parallel plans (`seed_interleaved`): the
 mixed job against both kinds' own jobs run at once on their own ranks (parallel.jobs), at the
 bench's batch and at `amortized` times it (`seed_interleaved_amortized`: how much of the loss is
-each step's fixed costs). Otherwise each side in separate launches, `rounds` times, alternating;
+each step's fixed costs), and of the pipelines (`seed_interleaved_pp`: the mixed pipelines against
+each kind's own 2-stage pipeline at once, parallel.jobs with parallel.pp). Otherwise each side in separate launches, `rounds` times, alternating;
 step = the harness's median steady step of the slowest rank. Links and profiles are measured on
 the four ranks as the jobs hold them, and each kind's pair's collectives on that pair alone (a
 group of one kind is priced from its own); the profile again before every round, each measurement
@@ -147,11 +148,14 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2, amo
         # the seed's utilization itself, drift-free: the mixed data-parallel job against both kinds'
         # own jobs at once on the same four ranks (parallel.jobs), alternating blocks
         out["seed_interleaved"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["dp"], batch, rounds)
-        _print_seed("", out["seed_interleaved"])
+        _print_seed("dp", "", out["seed_interleaved"])
+        # the same for the pipelines: the mixed pipelines against each kind's own pipeline at once
+        out["seed_interleaved_pp"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["pp"], batch, rounds)
+        _print_seed("pp", "", out["seed_interleaved_pp"])
         if amortized > 1:  # the same at `amortized` x the batch, planned from the first round's profiles
             out["seed_interleaved_amortized"] = seed_interleaved_at(env, tmp, data_dir, kinds, amortized * batch,
                                                                     rounds)
-            _print_seed(f" at batch {amortized * batch}", out["seed_interleaved_amortized"])
+            _print_seed("dp", f" at batch {amortized * batch}", out["seed_interleaved_amortized"])
         for shape in shapes:
             out["checks"][shape] = _check(jobs[shape], steps[shape], paired[shape], kinds, batch, memory[shape],
                                           in_situ[shape])
@@ -168,6 +172,8 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2, amo
                       "seed_utilization_at_least_0.95": all(c["utilization_seed_measured"] >= 0.95
                                                             for c in out["checks"].values()),
                       "seed_utilization_interleaved_at_least_0.95": out["seed_interleaved"].get("measured", 0) >= 0.95,
+                      "seed_utilization_interleaved_pp_at_least_0.95":
+                          out["seed_interleaved_pp"].get("measured", 0) >= 0.95,
                       "seed_utilization_interleaved_amortized_at_least_0.95":
                           out.get("seed_interleaved_amortized", {}).get("measured", 0) >= 0.95,
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
@@ -214,11 +220,11 @@ def _choice(env: dict, tmp: Path, data_dir: Path, cpu: float, chosen: dict, dp: 
             "per_process": got["per_process"], "process_tau": got["process_tau"], "agrees": not wrong}
 
 
-def _print_seed(at: str, si: dict) -> None:
+def _print_seed(shape: str, at: str, si: dict) -> None:
     if "skipped" in si:
-        print(f"planner_seed dp interleaved{at}: not measured: {si['skipped']}", flush=True)
+        print(f"planner_seed {shape} interleaved{at}: not measured: {si['skipped']}", flush=True)
         return
-    print(f"planner_seed dp interleaved{at}: seed utilization {si['measured']:.3f} [{si['ci95'][0]:.3f}, "
+    print(f"planner_seed {shape} interleaved{at}: seed utilization {si['measured']:.3f} [{si['ci95'][0]:.3f}, "
           f"{si['ci95'][1]:.3f}] measured, {si['predicted']:.3f} predicted; each kind's job step in it "
           f"{', '.join(f'{k} {v:.2f} s' for k, v in si['kind_steps_s'].items())}", flush=True)
 
@@ -237,27 +243,26 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
             **_seed_interleaved(env, tmp, data_dir, kinds, jobs, batch, processes, budget_s=40 * batch // 24)}
 
 
-def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], dp_jobs: dict, batch: int,
+def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], shape_jobs: dict, batch: int,
                       processes: int, budget_s: int = 40) -> dict:
-    """The mixed data-parallel plan (the configuration) against each kind's own plan run at once
-    on its own two ranks (the other side: parallel.jobs=2, harness/parallel/jobs.py), in one
-    process group, alternating blocks. The speedup of the configuration over that side is the
-    mixed job's throughput over the sum of the kinds' own: the seed's utilization, with the
-    machine's drift between launches cancelled. Only when every plan is data parallel without
-    recomputation and the mixed plan's ranks are ordered kind by kind, as the jobs' are."""
+    """The mixed plan (the configuration) against each kind's own plan run at once on its own two
+    ranks (the other side: parallel.jobs=2, harness/parallel/jobs.py), in one process group,
+    alternating blocks. The speedup of the configuration over that side is the mixed job's
+    throughput over the sum of the kinds' own: the seed's utilization, with the machine's drift
+    between launches cancelled. Data parallel, or pipelines where each kind's own plan is one
+    2-stage pipeline, the same for both kinds (one parallel section holds both jobs); no
+    recomputation; the mixed plan's ranks kind by kind in pairs, as the jobs hold them."""
     from harness.bench.launch import other_side_median
     from harness.bench.planner_jobs import interleaved_lm
-    mixed, own = dp_jobs["mixed"][0], [dp_jobs[k][0] for k in kinds]
-    if any(p["strategy"] != "dp" or p.get("recompute") or p.get("groups") for p in (mixed, *own)):
-        return {"skipped": "a plan is not plain data parallel: " + ", ".join(_label(p) for p in (mixed, *own))}
-    order = [k for k in kinds for _ in range(2)]
-    if plan_mod.rank_kinds(mixed) != order:
-        return {"skipped": f"the mixed plan's ranks are {plan_mod.rank_kinds(mixed)}, the jobs' {order}"}
-    split = plan_mod.split_text([n for p in own for n in p["batch_split"]])
+    mixed, own = shape_jobs["mixed"][0], [shape_jobs[k][0] for k in kinds]
+    order = plan_mod.rank_kinds(mixed)
+    against, why_not = _jobs_side(mixed, own, order)
+    if why_not:
+        return {"skipped": why_not}
     got = interleaved_lm(env, tmp, data_dir, [kinds[k] for k in order], batch, processes, [
-        *plan_mod.overrides(mixed), f"against=parallel.jobs=2;parallel.batch_split={split}", f"budget_s={budget_s}"])
-    pred_step = {k: dp_jobs[k][0]["predicted"]["step_s"] for k in kinds}
-    predicted = (batch / mixed["predicted"]["step_s"]) / sum(dp_jobs[k][1] / pred_step[k] for k in kinds)
+        *plan_mod.overrides(mixed), f"against={against}", f"budget_s={budget_s}"])
+    pred_step = {k: shape_jobs[k][0]["predicted"]["step_s"] for k in kinds}
+    predicted = (batch / mixed["predicted"]["step_s"]) / sum(shape_jobs[k][1] / pred_step[k] for k in kinds)
     per_job = [statistics.median(s[j] for s, ph in zip(b["job_step_s"], b["phase"]) if ph == "steady")
                for b in (r["summary"]["ab"]["baseline"] for r in got["records"]) for j in range(2)]
     return {"mixed": _label(mixed), "jobs": [_label(p) for p in own], "measured": round(got["speedup"], 4),
@@ -266,8 +271,28 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
             "process_tau": got["process_tau"],
             "mixed_step_s": [round(r["summary"]["median_step_s"], 4) for r in got["records"]],
             "jobs_step_s": [round(other_side_median(r), 4) for r in got["records"]],
-            "kind_steps_s": {k: round(statistics.median(per_job[j::2]), 4) for j, k in enumerate(kinds)},
+            "kind_steps_s": {k: round(statistics.median(per_job[j::2]), 4) for j, k in enumerate(order[::2])},
             "kind_steps_predicted_s": {k: round(v, 4) for k, v in pred_step.items()}}
+
+
+def _jobs_side(mixed: dict, own: list[dict], order: list[str]) -> tuple[str, str | None]:
+    """The `against` text that runs each kind's own plan at once as parallel.jobs=2, job j on
+    ranks 2j, 2j + 1 (the mixed plan's rank kinds `order`), or why it can't: ("", reason)."""
+    plans = (mixed, *own)
+    if order[0::2] != order[1::2] or len(set(order)) != len(order) // 2:
+        return "", f"the mixed plan's ranks are {order}: not kind by kind in pairs, as the jobs hold them"
+    if any(p.get("recompute") or p.get("groups") for p in plans):
+        return "", "a plan recomputes or has groups: " + ", ".join(_label(p) for p in plans)
+    if all(p["strategy"] == "dp" for p in plans):
+        by_kind = {p["devices"][0]: p for p in own}
+        split = plan_mod.split_text([n for k in order[::2] for n in by_kind[k]["batch_split"]])
+        return f"parallel.jobs=2;parallel.batch_split={split}", None
+    sets = {tuple(plan_mod.overrides(p)) for p in own}
+    if all(p["strategy"] == "pp" for p in plans) and len(sets) == 1 and all(
+            len(p["pp_split"]) == 2 and p.get("replicas", 1) == 1 for p in own):
+        return ";".join(["parallel.jobs=2", *sets.pop()]), None
+    return "", "the plans are not all data parallel, nor each kind's one and the same 2-stage pipeline: " + \
+        ", ".join(_label(p) for p in plans)
 
 
 def _paired_error(pairs: list[tuple[float, float]]) -> float:

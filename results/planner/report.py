@@ -193,7 +193,8 @@ def newest_seed_check(results: Path) -> dict | None:
 def seed_frame(check: dict) -> pd.DataFrame:
     """One row per shape measured in separate launches (the mixed job, then each kind's own job,
     alternating; the median over rounds), and one for the data-parallel plans interleaved in one
-    process group (the mixed job against both kinds' own jobs at once: drift-free)."""
+    process group (the mixed job against both kinds' own jobs at once: drift-free), at the bench's
+    batch and at a larger one, and one for the pipelines interleaved the same way."""
     rows = []
     for shape, c in check["checks"].items():
         rows.append({"shape": SHAPES.get(shape, shape), "how measured": "separate launches",
@@ -201,10 +202,11 @@ def seed_frame(check: dict) -> pd.DataFrame:
                      "each kind's own plan": "; ".join(f"{k}: {h['plan']}" for k, h in c["homogeneous"].items()),
                      "seed utilization measured": c["utilization_seed_measured"],
                      "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
-    for key, at in (("seed_interleaved", ""), ("seed_interleaved_amortized", ", at batch {}")):
+    for key, shape, at in (("seed_interleaved", "dp", ""), ("seed_interleaved_amortized", "dp", ", at batch {}"),
+                           ("seed_interleaved_pp", "pp", "")):
         si = check.get(key) or {}
         if "measured" in si:
-            rows.append({"shape": SHAPES["dp"],
+            rows.append({"shape": SHAPES[shape],
                          "how measured": "interleaved, both kinds' jobs at once" + at.format(si.get("global_batch")),
                          "mixed plan": si["mixed"], "each kind's own plan": "; ".join(si["jobs"]),
                          "seed utilization measured": si["measured"],
@@ -222,6 +224,11 @@ def seed_verdict(check: dict) -> str:
     big = check.get("seed_interleaved_amortized") or {}
     if "measured" in big:  # the same plans' kind at a larger batch, where each step's fixed costs weigh less
         text += f" At batch {big['global_batch']}: {_seed_figure(big)}."
+    pp = check.get("seed_interleaved_pp") or {}
+    if "measured" in pp:
+        text += f" Pipelines, drift-free: {_seed_figure(pp)}."
+    elif "skipped" in pp:
+        text += f" Pipelines interleaved: not measured: {pp['skipped']}."
     return text
 
 
