@@ -46,6 +46,12 @@ from results.planner import report as plan_report
 from results.record.paths import results_root
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
+# seconds a process may sample the interleaved seed checks at batch 24 (twice that at 48): enough
+# for the precision target to end them. At 40 s (80 at 48; until 2026-12-06) a process held 5-7
+# block pairs at 24 and 4 at 48, ended by its budget: DP at 48 read 0.885 [0.752, 1.042]; with 240 s
+# it ended on precision after 12 pairs (143-152 s), 0.937 [0.919, 0.955]; the pipelines at 24
+# after 10 pairs (65-69 s) with 120 s.
+SEED_BUDGET_S = 120
 COMM_ARGS = ("--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M", "-n", "5", "--no-ingest")
 
 
@@ -236,15 +242,16 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
     (the optimizer, the all-reduce: 4 ranks' against each pair's 2) are the mixed job's loss, and
     its slow ranks pay them over fewer samples than in their own job; at batch 24 the plans price
     them at 7% of the bound, at 48 at 4% (LM small, 2026-12-05 Xeon profiles: predicted 0.930,
-    0.962). Each block is twice as long, so the budget is twice the bench's."""
+    0.962). Each step is twice as long, so the budget is twice the bench's."""
     jobs = {"mixed": (plan(env, tmp / "inv-dp-r0.yaml", batch, "dp"), batch),
             **{k: (plan(env, tmp / f"inv-dp-{k}-r0.yaml", batch // 2, "auto"), batch // 2) for k in kinds}}
     return {"global_batch": batch,
-            **_seed_interleaved(env, tmp, data_dir, kinds, jobs, batch, processes, budget_s=40 * batch // 24)}
+            **_seed_interleaved(env, tmp, data_dir, kinds, jobs, batch, processes,
+                                budget_s=SEED_BUDGET_S * batch // 24)}
 
 
 def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], shape_jobs: dict, batch: int,
-                      processes: int, budget_s: int = 40) -> dict:
+                      processes: int, budget_s: int = SEED_BUDGET_S) -> dict:
     """The mixed plan (the configuration) against each kind's own plan run at once on its own two
     ranks (the other side: parallel.jobs=2, harness/parallel/jobs.py), in one process group,
     alternating blocks. The speedup of the configuration over that side is the mixed job's
