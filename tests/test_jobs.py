@@ -61,6 +61,47 @@ def test_the_label_names_the_jobs():
     assert Parallel(jobs=2).label() == "jobs2xddp"
 
 
+def _reference_losses(env, data_root) -> list[float]:
+    """One rank's losses on LM tiny: what a job's first step matches and its later steps do not."""
+    tiny_dataset(data_root, "lm")
+    p = harness(env, "run", "lm", *STEPS)
+    assert p.returncode == 0, p.stderr
+    (ref_dir,) = run_dirs(env)
+    return [m["loss"] for m in schema.read_metrics(ref_dir) if m["kind"] == "step"]
+
+
+def _four_ranks(env, *sets: str) -> dict:
+    """A finished 4-rank LM tiny run under mpiexec with these --set overrides: its record."""
+    before = set(run_dirs(env))
+    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, *[a for s in sets for a in ("--set", s)], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]
+    return rec
+
+
+def _trains_apart(rec: dict, ref: list[float], shares: list[int] | None) -> None:
+    """The jobs' record: the first step's loss is the global batch's, later ones not one world's
+    update; each job's step its slowest rank's, the step their throughput-equivalent."""
+    steps = [m for m in rec["metrics"] if m["kind"] == "step"]
+    assert steps[0]["loss"] == pytest.approx(ref[0], rel=1e-5)
+    assert all(abs(m["loss"] / r - 1) > 1e-4 for m, r in zip(steps[1:], ref[1:]))
+    for m in steps:
+        assert m["job_step_s"] == [max(m["rank_step_s"][:2]), max(m["rank_step_s"][2:])]
+        assert m["step_s"] == pytest.approx(jobs.step_s(m["rank_step_s"], 2, shares))
+
+
+def _interleaved_against_jobs(rec: dict, against: str) -> None:
+    """The mixed side interleaved against the jobs: each job's own step beside the combined one."""
+    ab = rec["summary"]["ab"]
+    assert ab["against"] == against and not ab["aa"]
+    assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
+    base = ab["baseline"]
+    assert len(base["job_step_s"]) == len(base["step_s"])
+    for both, step in zip(base["job_step_s"], base["step_s"]):
+        assert step == pytest.approx(2 / (1 / both[0] + 1 / both[1]))
+
+
 @pytest.mark.slow
 def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job(env, data_root):
     """Job 0 (ranks 0, 1: 6 and 2 samples) and job 1 (ranks 2, 3: 4 and 4). The first step's loss
@@ -68,43 +109,16 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
     means); from then on it is not the one-rank run's, as it would be if the gradients were
     averaged over all four ranks. Each job's all-reduce moves its replica's gradients. Then the
     mixed job (one DDP over the four) interleaved against the jobs: a seed-utilization figure."""
-    tiny_dataset(data_root, "lm")
-    p = harness(env, "run", "lm", *STEPS)
-    assert p.returncode == 0, p.stderr
-    (ref_dir,) = run_dirs(env)
-    ref = [m["loss"] for m in schema.read_metrics(ref_dir) if m["kind"] == "step"]
-
-    before = set(run_dirs(env))
-    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, "--set", "parallel.jobs=2", "--set",
-               "parallel.batch_split=6,2,4,4", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rec = schema.read_record(_only_new(env, before), with_metrics=True)
-    assert rec["status"]["status"] == "finished", rec["status"]
-    steps = [m for m in rec["metrics"] if m["kind"] == "step"]
-    assert steps[0]["loss"] == pytest.approx(ref[0], rel=1e-5)
-    assert all(abs(m["loss"] / r - 1) > 1e-4 for m, r in zip(steps[1:], ref[1:]))  # not one world's update
-    for m in steps:
-        assert m["job_step_s"] == [max(m["rank_step_s"][:2]), max(m["rank_step_s"][2:])]
-        assert m["step_s"] == pytest.approx(jobs.step_s(m["rank_step_s"], 2, [6, 2, 4, 4]))
+    ref = _reference_losses(env, data_root)
+    rec = _four_ranks(env, "parallel.jobs=2", "parallel.batch_split=6,2,4,4")
+    _trains_apart(rec, ref, [6, 2, 4, 4])
     acc = rec["summary"]["parallel"]
     assert acc["strategy"] == "jobs2xddp-split6.2.4.4"
     assert acc["measured_per_step"]["all_reduce"]["bytes"] == pytest.approx(acc["analytic_per_step"]["all_reduce"],
                                                                             rel=0.01)
-
-    before = set(run_dirs(env))
-    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, "--set", "parallel.batch_split=5,5,3,3",
-               "--set", "interleave=true",
-               "--set", "budget_s=4", "--set", "against=parallel.jobs=2;parallel.batch_split=4,4,4,4", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rec = schema.read_record(_only_new(env, before), with_metrics=True)
-    assert rec["status"]["status"] == "finished", rec["status"]
-    ab = rec["summary"]["ab"]
-    assert ab["against"] == "parallel.jobs=2;parallel.batch_split=4,4,4,4" and not ab["aa"]
-    assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
-    base = ab["baseline"]  # the jobs' side: each job's own step beside the combined one
-    assert len(base["job_step_s"]) == len(base["step_s"])
-    for both, step in zip(base["job_step_s"], base["step_s"]):
-        assert step == pytest.approx(2 / (1 / both[0] + 1 / both[1]))
+    against = "parallel.jobs=2;parallel.batch_split=4,4,4,4"
+    rec = _four_ranks(env, "parallel.batch_split=5,5,3,3", "interleave=true", "budget_s=4", f"against={against}")
+    _interleaved_against_jobs(rec, against)
 
 
 @pytest.mark.slow
@@ -113,24 +127,10 @@ def test_two_pipelines_on_four_ranks_train_apart_and_interleave_against_the_mixe
     the first step's loss is the global batch's, later ones are not the one-rank run's (no
     gradient passes between the jobs: each rank's all-reduce is the tied embedding's alone). Then
     two mixed pipelines over the same ranks (stage 0 on ranks 0, 1) interleaved against the jobs."""
-    tiny_dataset(data_root, "lm")
-    p = harness(env, "run", "lm", *STEPS)
-    assert p.returncode == 0, p.stderr
-    (ref_dir,) = run_dirs(env)
-    ref = [m["loss"] for m in schema.read_metrics(ref_dir) if m["kind"] == "step"]
-    pipe = ["--set", "parallel.pp=2", "--set", "parallel.microbatches=2"]
-
-    before = set(run_dirs(env))
-    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, *pipe, "--set", "parallel.jobs=2", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rec = schema.read_record(_only_new(env, before), with_metrics=True)
-    assert rec["status"]["status"] == "finished", rec["status"]
-    steps = [m for m in rec["metrics"] if m["kind"] == "step"]
-    assert steps[0]["loss"] == pytest.approx(ref[0], rel=1e-5)
-    assert all(abs(m["loss"] / r - 1) > 1e-4 for m, r in zip(steps[1:], ref[1:]))  # not one world's update
-    for m in steps:
-        assert m["job_step_s"] == [max(m["rank_step_s"][:2]), max(m["rank_step_s"][2:])]
-        assert m["step_s"] == pytest.approx(jobs.step_s(m["rank_step_s"], 2))
+    ref = _reference_losses(env, data_root)
+    pipe = ["parallel.pp=2", "parallel.microbatches=2"]
+    rec = _four_ranks(env, *pipe, "parallel.jobs=2")
+    _trains_apart(rec, ref, None)
     acc = rec["summary"]["parallel"]
     for measured, analytic in zip(acc["measured_per_rank"], acc["analytic_per_rank"]):
         assert {k: v["bytes"] for k, v in measured.items()} == pytest.approx(analytic, rel=0.01)
@@ -138,16 +138,5 @@ def test_two_pipelines_on_four_ranks_train_apart_and_interleave_against_the_mixe
     assert tied > 0 and all(a["all_reduce"] == tied for a in acc["analytic_per_rank"])
     pipeline = rec["summary"]["pipeline"]  # rank 0's job's timeline: its stages on ranks 0 and 1
     assert pipeline["pp"] == 2 and {e["rank"] for e in pipeline["events"]} == {0, 1}
-
-    before = set(run_dirs(env))
-    p = mpirun(env, 4, "-m", "harness", "run", "lm", *STEPS, *pipe, "--set", "interleave=true",
-               "--set", "budget_s=4", "--set", "against=parallel.jobs=2", timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rec = schema.read_record(_only_new(env, before), with_metrics=True)
-    assert rec["status"]["status"] == "finished", rec["status"]
-    ab = rec["summary"]["ab"]
-    assert ab["against"] == "parallel.jobs=2" and not ab["aa"]
-    assert len(ab["blocks"]) >= 2 and 0 < rec["summary"]["ab_ratio"] < 10
-    base = ab["baseline"]
-    for both, step in zip(base["job_step_s"], base["step_s"]):
-        assert step == pytest.approx(2 / (1 / both[0] + 1 / both[1]))
+    rec = _four_ranks(env, *pipe, "interleave=true", "budget_s=4", "against=parallel.jobs=2")
+    _interleaved_against_jobs(rec, "parallel.jobs=2")
