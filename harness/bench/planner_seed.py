@@ -19,10 +19,10 @@ process group, alternating blocks, and the measured ratio is set beside the pred
 mixed job against both kinds' own jobs run at once on their own ranks (parallel.jobs), at the
 bench's batch and at `amortized` times it (`seed_interleaved_amortized`: how much of the loss is
 each step's fixed costs), and of the pipelines (`seed_interleaved_pp`: the mixed pipelines against
-each kind's own 2-stage pipeline at once, parallel.jobs with parallel.pp). Otherwise each side in separate launches, `rounds` times, alternating;
-step = the harness's median steady step of the slowest rank. Links and profiles are measured on
-the four ranks as the jobs hold them, and each kind's pair's collectives on that pair alone (a
-group of one kind is priced from its own); the profile again before every round, each measurement
+each kind's own 2-stage pipeline at once, parallel.jobs with parallel.pp). Otherwise each side in
+separate launches, `rounds` times, alternating; step = the harness's median steady step of the
+slowest rank. Links and profiles are measured on the four ranks as the jobs hold them, and each
+kind's pair's collectives on that pair alone (a group of one kind is priced from its own); the profile again before every round, each measurement
 sampled to +-2% (harness profile --precision). The plans are made from the first round's
 profiles; each round's runs are compared with the same plans priced with that round's profiles
 (results/planner/evaluate.py), and the error is the median over rounds. Why: two profiles of the

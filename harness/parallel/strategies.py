@@ -64,7 +64,7 @@ def mesh(ts):
             from harness.parallel import jobs as jobs_mod
             ts.mesh = DeviceMesh(ts.device.type, torch.tensor(jobs_mod.pipeline_mesh(ts.world, jobs)),
                                  mesh_dim_names=("pp", "dp", "tp"))
-        elif jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (harness/parallel/jobs.py)
+        elif jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (parallel/jobs.py)
             ts.mesh = init_device_mesh(ts.device.type, (jobs, ts.world // jobs), mesh_dim_names=("job", "dp"))
         elif pp > 1:
             ts.mesh = init_device_mesh(ts.device.type, (pp, ts.world // (pp * tp), tp), mesh_dim_names=("pp", "dp", "tp"))
