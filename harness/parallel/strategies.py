@@ -24,6 +24,7 @@ import torch
 
 from harness.config.run_config import RunConfig
 from harness.config.errors import BadInput
+from harness.parallel import jobs as job_layout
 
 
 def check(cfg: RunConfig, world: int) -> None:
@@ -46,8 +47,8 @@ def data_shard(cfg: RunConfig, dist) -> tuple[int, int]:
         return 0, 1
     p = cfg.parallel
     dp = dist.world // p.model_parallel
-    if p.jobs > 1 and p.pp > 1:  # one pipeline a job, each on contiguous ranks (jobs.pipeline_mesh)
-        return dist.rank // p.pp, dp
+    if p.jobs > 1 and p.pp > 1:  # one pipeline a job: the replica is the rank's job (jobs.members, pipeline_mesh)
+        return dist.rank // (dist.world // p.jobs), dp
     return (dist.rank // (p.cp * p.tp)) % dp, dp
 
 
@@ -59,10 +60,8 @@ def mesh(ts):
         from torch.distributed.device_mesh import init_device_mesh
         tp, pp, jobs = ts.cfg.parallel.tp, ts.cfg.parallel.pp, ts.cfg.parallel.jobs
         if jobs > 1 and pp > 1:  # independent jobs, one pipeline each: a replica (dp index) is a job's ranks
-            import torch
             from torch.distributed.device_mesh import DeviceMesh
-            from harness.parallel import jobs as jobs_mod
-            ts.mesh = DeviceMesh(ts.device.type, torch.tensor(jobs_mod.pipeline_mesh(ts.world, jobs)),
+            ts.mesh = DeviceMesh(ts.device.type, torch.tensor(job_layout.pipeline_mesh(ts.world, jobs)),
                                  mesh_dim_names=("pp", "dp", "tp"))
         elif jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (parallel/jobs.py)
             ts.mesh = init_device_mesh(ts.device.type, (jobs, ts.world // jobs), mesh_dim_names=("job", "dp"))
