@@ -4,6 +4,8 @@ against closed forms and bounds, the block's spread read from a profile's passes
 from __future__ import annotations
 
 import math
+import random
+import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from results.analysis import schedule as step_sim
 from results.planner import layer_costs
+from results.planner import pipeline_plan
 from results.planner import search as planner
 from results.planner.links import LinkModel
 from tests.test_planner import FREE, _inv, _linear
@@ -73,6 +76,11 @@ def test_a_pipeline_plan_prices_its_expected_step_beside_the_typical_one(tmp_pat
     assert noisy["predicted"]["step_s_typical"] == pytest.approx(plain["predicted"]["step_s"])
     assert noisy["predicted"]["step_s"] > noisy["predicted"]["step_s_typical"]
     assert noisy["uniform"]["predicted"]["step_s"] > plain["uniform"]["predicted"]["step_s"]
+    # the same stages as 2 data-parallel replicas: their all-reduce waits for the slower
+    args = (noisy["stages"], costs, links, noisy["microbatch_size"], noisy["microbatches"])
+    one, two = (pipeline_plan.pp_predict(*args, dp, noisy["schedule"]) for dp in (1, 2))
+    assert "replica_wait_s" not in one and two["replica_wait_s"] > 0
+    assert two["step_s"] == pytest.approx(one["step_s"] + two["replica_wait_s"], rel=1e-6)
 
 
 @settings(max_examples=200, deadline=None)
@@ -87,3 +95,26 @@ def test_the_expected_step_is_never_below_the_typical_one_whatever_the_draws(sch
     got = step_sim.simulate_expected(schedule, sc, m, draws=draws, seed=seed)
     assert got["draws"] % 2 == 0
     assert got["step_s"] >= step_sim.simulate(schedule, sc, m)["step_s"]
+
+
+def test_replicas_wait_for_the_slowest_as_pairs_drawn_one_by_one_do():
+    """Data-parallel replicas of a pipeline each draw their own durations and their all-reduce
+    waits for the slowest: the expected step of 2 replicas over one's against pairs of one
+    replica's steps drawn independently (brute force); expected_max_normal against its closed
+    forms (1/sqrt(pi) at 2, 3/(2 sqrt(pi)) at 3); without a spread, nothing added."""
+    assert step_sim.expected_max_normal(1) == 0.0
+    assert step_sim.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-9)
+    assert step_sim.expected_max_normal(3) == pytest.approx(1.5 / math.sqrt(math.pi), rel=1e-9)
+    sc = _stages(0.2, p=3)
+    one = step_sim.simulate_expected("1f1b", sc, 8, draws=4000)
+    two = step_sim.simulate_expected("1f1b", sc, 8, draws=4000, replicas=2)
+    rng = random.Random(7)
+
+    def draw(seconds: float, cv: float) -> float:
+        return seconds * math.exp(math.sqrt(math.log(1 + cv * cv)) * rng.gauss(0.0, 1.0))
+    steps = [step_sim.simulate("1f1b", sc, 8, draw)["step_s"] for _ in range(8000)]
+    slower = statistics.mean(max(steps[i], steps[i + 1]) for i in range(0, len(steps), 2))
+    assert two["replica_wait_s"] > 0 and two["pipeline_s"] == one["pipeline_s"]
+    assert two["step_s"] - one["step_s"] == pytest.approx(slower - statistics.mean(steps), rel=0.15)
+    flat = _stages(0.0)
+    assert step_sim.simulate_expected("1f1b", flat, 8, replicas=4) == step_sim.simulate("1f1b", flat, 8)

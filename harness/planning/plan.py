@@ -158,7 +158,9 @@ def _lines(p: dict) -> list[str]:
                    f"utilization {f['utilization']:.3f} (vs each device alone), "
                    f"{'n/a' if seed is None else f'{seed:.3f}'} (vs each kind's own best homogeneous job)"
                    + (f"; {1e3 * f['step_s_typical']:.1f} ms with every operation at its median (the expected step "
-                      f"counts the stages' measured spread)" if "step_s_typical" in f else ""))
+                      f"counts the stages' measured spread" + (
+                          f", {1e3 * f['replica_wait_s']:.1f} ms of it the replicas waiting for the slowest"
+                          if f.get("replica_wait_s") else "") + ")" if "step_s_typical" in f else ""))
     for k, r in p.get("homogeneous", {}).items():
         out.append(f"  {k} alone (global batch {r['global_batch']}): " + (
             f"{r['samples_per_s']:.2f} samples/s with {r['plan']}" if r["samples_per_s"]

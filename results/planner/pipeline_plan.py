@@ -93,8 +93,9 @@ def pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: 
     """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
     host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
     between the first and last stage). A stage's data-parallel all-reduce stays among its own kind.
-    The expected step over the stages' measured spreads (schedule.simulate_expected)."""
-    return simulate_expected(schedule, _stage_costs(stages, costs, links, b, dp, relay), m)
+    The expected step over the stages' measured spreads, the slowest of the dp replicas
+    (schedule.simulate_expected)."""
+    return simulate_expected(schedule, _stage_costs(stages, costs, links, b, dp, relay), m, replicas=dp)
 
 
 def lower_bound(sc: list[StageCost], m: int) -> float:
@@ -226,7 +227,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     typical, stages, m, kinds, sc = best
     # the search ranks by the step of typical durations; the plan's figure is its expectation over
     # the stages' measured spreads (schedule.simulate_expected: the same where nothing was measured)
-    sim = simulate_expected(schedule, sc, m)
+    sim = simulate_expected(schedule, sc, m, replicas=g)
     b = per_replica // m
     out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
            "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,
@@ -262,5 +263,8 @@ def pp_uniform(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
 
 
 def _pp_figures(sim: dict, batch: int, devices, costs) -> dict:
-    return {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"], "bubble": sim["bubble"],
-            "pipeline_s": sim["pipeline_s"], "utilization": utilization(batch / sim["step_s"], devices, costs, batch)}
+    out = {"step_s": sim["step_s"], "samples_per_s": batch / sim["step_s"], "bubble": sim["bubble"],
+           "pipeline_s": sim["pipeline_s"], "utilization": utilization(batch / sim["step_s"], devices, costs, batch)}
+    if "replica_wait_s" in sim:  # the replicas' all-reduce waiting for the slowest (schedule.simulate_expected)
+        out["replica_wait_s"] = sim["replica_wait_s"]
+    return out
