@@ -124,6 +124,16 @@ def _split_text(devices: list[str], shares: list[int]) -> str:
                      for k, c in per.items())
 
 
+def _typical(f: dict) -> str:
+    """The step of median durations beside a pipeline plan's expected one, and the replicas' wait in it."""
+    if "step_s_typical" not in f:
+        return ""
+    wait = (f", {1e3 * f['replica_wait_s']:.1f} ms of it the replicas waiting for the slowest"
+            if f.get("replica_wait_s") else "")
+    return (f"; {1e3 * f['step_s_typical']:.1f} ms with every operation at its median (the expected step "
+            f"counts the stages' measured spread{wait})")
+
+
 def _lines(p: dict) -> list[str]:
     pr, un = p["predicted"], p["uniform"]["predicted"]
     estimates = {f"{k}: {s.removeprefix('ESTIMATE: ')}" for k, s in p["sources"].items() if s.startswith("ESTIMATE")}
@@ -157,10 +167,7 @@ def _lines(p: dict) -> list[str]:
         out.append(f"  {name:<8} predicted step {1e3 * f['step_s']:.1f} ms, {f['samples_per_s']:.2f} samples/s, "
                    f"utilization {f['utilization']:.3f} (vs each device alone), "
                    f"{'n/a' if seed is None else f'{seed:.3f}'} (vs each kind's own best homogeneous job)"
-                   + (f"; {1e3 * f['step_s_typical']:.1f} ms with every operation at its median (the expected step "
-                      f"counts the stages' measured spread" + (
-                          f", {1e3 * f['replica_wait_s']:.1f} ms of it the replicas waiting for the slowest"
-                          if f.get("replica_wait_s") else "") + ")" if "step_s_typical" in f else ""))
+                   + _typical(f))
     for k, r in p.get("homogeneous", {}).items():
         out.append(f"  {k} alone (global batch {r['global_batch']}): " + (
             f"{r['samples_per_s']:.2f} samples/s with {r['plan']}" if r["samples_per_s"]

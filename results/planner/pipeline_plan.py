@@ -90,11 +90,11 @@ def stages_for(kinds, costs, memory, split, b, m, schedule) -> list[dict] | None
 
 def pp_predict(stages: list[dict], costs, links: LinkModel, b: int, m: int, dp: int, schedule: str,
                relay=lambda a, b: False) -> dict:
-    """One replica's step. relay(kind_a, kind_b): whether traffic between those kinds takes the
-    host relay (a boundary between stages of unlike libraries; the tied embedding's all-reduce
-    between the first and last stage). A stage's data-parallel all-reduce stays among its own kind.
-    The expected step over the stages' measured spreads, the slowest of the dp replicas
-    (schedule.simulate_expected)."""
+    """The step of `dp` replicas of these stages. relay(kind_a, kind_b): whether traffic between
+    those kinds takes the host relay (a boundary between stages of unlike libraries; the tied
+    embedding's all-reduce between the first and last stage). A stage's data-parallel all-reduce
+    stays among its own kind. The expected step over the stages' measured spreads, the slowest of
+    the dp replicas (schedule.simulate_expected)."""
     return simulate_expected(schedule, _stage_costs(stages, costs, links, b, dp, relay), m, replicas=dp)
 
 
