@@ -78,6 +78,11 @@ def test_each_kinds_own_plans_run_at_once_as_one_jobs_side():
     # the kinds' pipelines differ (microbatches): one parallel section can't hold both
     _, why = _jobs_side(mixed, [own[0], _pp(["b", "b"], [3, 3], m=6)], rank_kinds(mixed))
     assert why.startswith("the plans are not all data parallel, nor each kind's one and the same 2-stage")
+    # one 4-stage pipeline, its ranks kind by kind (the planner's choice for the pipelines at batch 48,
+    # planner_seed.AMORTIZED): job 0 on the two b ranks, job 1 on the a ranks, as the mixed plan holds them
+    four = _pp(["b", "b", "a", "a"], [1, 1, 2, 2], m=24)
+    assert rank_kinds(four) == ["b", "b", "a", "a"]
+    assert _jobs_side(four, own, rank_kinds(four)) == ("parallel.jobs=2;" + ";".join(overrides(own[0])), None)
     # a 4-stage pipeline whose ranks alternate kinds: no job holds two ranks of one kind
     _, why = _jobs_side(_pp(["a", "b", "a", "b"], [1, 2, 1, 2]), own, ["a", "b", "a", "b"])
     assert why == "the mixed plan's ranks are ['a', 'b', 'a', 'b']: not kind by kind in pairs, as the jobs hold them"

@@ -169,6 +169,18 @@ def test_the_pipelines_interleaved_are_a_row_and_a_sentence_or_say_why_not():
         "pipelines", "interleaved, both kinds' jobs at once", "[0.952, 0.970]")
     assert plan_report.seed_verdict(check).endswith(
         "Pipelines, drift-free: seed utilization 0.961 [0.952, 0.970], above the seed's 0.95; predicted 0.984 (+2.4%).")
+    # at a larger batch (planner_seed.AMORTIZED): a row named by its batch and a sentence after the
+    # pipelines' (figures of the 2026-12-06 11:03-11:14 throwaway check, Xeon)
+    big = {**check, "seed_interleaved_pp_amortized": {
+        "global_batch": 48, "mixed": "pp 1 x (2 cpu0.25+2 cpu0.5 stages) [1, 1, 2, 2] M=24",
+        "jobs": ["pp 1 x (2 cpu0.5 stages) [3, 3] M=24", "pp 1 x (2 cpu0.25 stages) [3, 3] M=24"],
+        "measured": 0.9562, "ci95": [0.9457, 0.9667], "predicted": 0.9912, "error": 0.0366}}
+    rows = plan_report.seed_frame(big).to_dict("records")
+    assert (rows[-1]["shape"], rows[-1]["how measured"], rows[-1]["95% interval"]) == (
+        "pipelines", "interleaved, both kinds' jobs at once, at batch 48", "[0.946, 0.967]")
+    assert plan_report.seed_verdict(big).endswith(
+        "above the seed's 0.95; predicted 0.984 (+2.4%). Pipelines at batch 48: seed utilization 0.956 "
+        "[0.946, 0.967], not distinguishable from the seed's 0.95; predicted 0.991 (+3.7%).")
     skipped = {**SEED_CHECK, "seed_interleaved_pp": {"skipped": "the mixed plan's ranks are ['a', 'b', 'a', 'b']"}}
     assert len(plan_report.seed_frame(skipped)) == 3
     assert plan_report.seed_verdict(skipped).endswith(

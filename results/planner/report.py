@@ -194,7 +194,7 @@ def seed_frame(check: dict) -> pd.DataFrame:
     """One row per shape measured in separate launches (the mixed job, then each kind's own job,
     alternating; the median over rounds), and one for the data-parallel plans interleaved in one
     process group (the mixed job against both kinds' own jobs at once: drift-free), at the bench's
-    batch and at a larger one, and one for the pipelines interleaved the same way."""
+    batch and at a larger one, and the same two for the pipelines."""
     rows = []
     for shape, c in check["checks"].items():
         rows.append({"shape": SHAPES.get(shape, shape), "how measured": "separate launches",
@@ -203,7 +203,7 @@ def seed_frame(check: dict) -> pd.DataFrame:
                      "seed utilization measured": c["utilization_seed_measured"],
                      "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
     for key, shape, at in (("seed_interleaved", "dp", ""), ("seed_interleaved_amortized", "dp", ", at batch {}"),
-                           ("seed_interleaved_pp", "pp", "")):
+                           ("seed_interleaved_pp", "pp", ""), ("seed_interleaved_pp_amortized", "pp", ", at batch {}")):
         si = check.get(key) or {}
         if "measured" in si:
             rows.append({"shape": SHAPES[shape],
@@ -229,6 +229,9 @@ def seed_verdict(check: dict) -> str:
         text += f" Pipelines, drift-free: {_seed_figure(pp)}."
     elif "skipped" in pp:
         text += f" Pipelines interleaved: not measured: {pp['skipped']}."
+    big = check.get("seed_interleaved_pp_amortized") or {}
+    if "measured" in big:
+        text += f" Pipelines at batch {big['global_batch']}: {_seed_figure(big)}."
     return text
 
 
