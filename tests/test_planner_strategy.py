@@ -112,8 +112,9 @@ def test_pipeline_boundaries_between_unlike_libraries_take_the_relay(tmp_path):
 # -- branch and bound: a candidate is simulated only if its bound could beat the best -------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
+_exchange = st.one_of(st.just(0.0), st.floats(0, 1))  # a GPU's stage (0) or a CPU rank's (pipeline_plan._stage_costs)
 _stage = st.builds(step_sim.StageCost, st.floats(0.01, 5), st.floats(0.01, 5), st.floats(0, 1), st.floats(0, 2),
-                   st.floats(0, 1))
+                   st.floats(0, 1), fwd_exchange_s=_exchange, bwd_exchange_s=_exchange)
 
 
 @settings(max_examples=80, deadline=None)

@@ -159,7 +159,8 @@ def _lines(p: dict) -> list[str]:
         for i, st in enumerate(p["stages"]):
             out.append(f"  stage {i}: {st['kind']:<14} {st['blocks']:>3} blocks{' +embedding' if i == 0 else ''}"
                        f"{' +head' if i == len(p['stages']) - 1 else ''}  fwd+bwd {1e3 * (st['fwd_s'] + st['bwd_s']):.2f} ms/mb"
-                       f"  mem {st['mem_bytes'] / 1e9:.2f} GB{'  (recompute)' if st['recompute'] else ''}")
+                       + (f" + exchanges {1e3 * st['exchange_s']:.2f}" if st.get("exchange_s") else "")
+                       + f"  mem {st['mem_bytes'] / 1e9:.2f} GB{'  (recompute)' if st['recompute'] else ''}")
         out.append(f"  uniform split {','.join(map(str, p['uniform']['pp_split']))} in order {p['uniform']['stage_order']}"
                    f"{'' if un['fits_memory'] else '  (does NOT fit in memory)'}")
     for name, f in (("planned", pr), ("uniform", un)):

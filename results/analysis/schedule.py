@@ -12,6 +12,10 @@ Model (what the harness runs: harness/parallel/pipeline.py over torch.distribute
   free and its input has arrived: forward i on s after forward i on s-1 plus the send, backward
   i on s after backward i on s+1 plus the send; the last stage's loss is part of its forward;
 - sends are asynchronous (the sender does not wait), each costs latency + bytes / bandwidth;
+  where a stage's rank does the transfer itself (a CPU rank: gloo copies through the core that
+  computes), each exchange with a neighbour (one microbatch's send and the matching receive)
+  occupies the rank after its forward (with the next stage) and after its backward (with the
+  previous one), and the handoff rides inside that time (StageCost.fwd_exchange_s, bwd_exchange_s);
 - 1F1B (PipeDream-flush, torch's Schedule1F1B): stage s runs min(P-s-1, M) warm-up forwards,
   then alternates one forward and one backward, then the remaining backwards;
 - after its last backward, each stage all-reduces its gradients over its data-parallel group
@@ -81,6 +85,11 @@ class StageCost:
     optimizer_s: float = 0.0  # the stage's optimizer step, once per step
     cv_fwd: float = 0.0      # a forward's spread from microbatch to microbatch (std / mean, measured; 0: fixed)
     cv_bwd: float = 0.0      # a backward's (simulate_expected)
+    # seconds this stage's rank is itself busy with one exchange (a microbatch's send and receive)
+    # after each forward, with the next stage, and after each backward, with the previous one; 0
+    # where the transfer runs beside compute (a GPU's copy engines), so only the send's lag counts
+    fwd_exchange_s: float = 0.0
+    bwd_exchange_s: float = 0.0
 
 
 def order(schedule: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
@@ -101,6 +110,15 @@ def order(schedule: str, stage: int, stages: int, m: int) -> list[tuple[str, int
     return ops
 
 
+def handoff_lag(sender: StageCost, kind: str, send_s: float | None = None) -> float:
+    """The lag between the end of the sender's forward (kind F) or backward (B) and its receiver's
+    start: the send's, or 0 where the sender's exchange, in that operation's time, carries it.
+    send_s: the boundary's send time where it is not the sender's own (a gradient goes back over
+    the boundary the receiver's StageCost prices)."""
+    exchange = sender.fwd_exchange_s if kind == "F" else sender.bwd_exchange_s
+    return 0.0 if exchange else (sender.send_s if send_s is None else send_s)
+
+
 def simulate(schedule: str, costs: list[StageCost], m: int, draw: Callable[[float, float], float] | None = None) -> dict:
     """Step seconds and where they go: {"step_s", "pipeline_s" (the last backward's end),
     "stage_end_s", "busy_s" per stage, "bubble" (idle share of the pipeline phase)}.
@@ -112,13 +130,16 @@ def simulate(schedule: str, costs: list[StageCost], m: int, draw: Callable[[floa
     for s in range(p):
         seq = []
         c = costs[s]
+        # the handoff's lag: the send's, unless the sender's exchange (in its operation's time) holds it
+        lag_in = handoff_lag(costs[s - 1], "F") if s > 0 else 0.0
+        lag_back = handoff_lag(costs[s + 1], "B", c.send_s) if s < p - 1 else 0.0
         for kind, i in ops[s]:
             if kind == "F":  # forward i waits for the previous stage's, plus its send
-                seq.append(((kind, s, i), c.fwd_s if draw is None else draw(c.fwd_s, c.cv_fwd),
-                            ("F", s - 1, i) if s > 0 else None, costs[s - 1].send_s if s > 0 else 0.0))
+                seq.append(((kind, s, i), (c.fwd_s if draw is None else draw(c.fwd_s, c.cv_fwd)) + c.fwd_exchange_s,
+                            ("F", s - 1, i) if s > 0 else None, lag_in))
             else:  # backward i waits for the next stage's (the gradient sent back), the last stage's for its forward
-                seq.append(((kind, s, i), c.bwd_s if draw is None else draw(c.bwd_s, c.cv_bwd),
-                            ("B", s + 1, i) if s < p - 1 else ("F", s, i), c.send_s if s < p - 1 else 0.0))
+                seq.append(((kind, s, i), (c.bwd_s if draw is None else draw(c.bwd_s, c.cv_bwd)) + c.bwd_exchange_s,
+                            ("B", s + 1, i) if s < p - 1 else ("F", s, i), lag_back))
         workers[s] = seq
     _, finish = run_events(workers)
     free = [finish[s] for s in range(p)]

@@ -75,6 +75,7 @@ class Costs:
     seconds for a microbatch of b samples; saved(kind, b) bytes kept for backward."""
 
     _spread: dict | None = None  # set by __init__; a subclass that does not call it measured none
+    exchange_occupancy: float = 0.0  # set by __init__ (there: why)
 
     def __init__(self, *, name: str, params: dict[str, int], n_blocks: int, boundary_bytes_per_sample: float,
                  state_bytes_per_param: float, grad_bytes_per_param: float, optimizer_s_per_param: float,
@@ -86,7 +87,7 @@ class Costs:
                  grad_copy_s_per_byte: float = 0.0, grad_accumulate_s_per_byte: float = 0.0,
                  shares: dict | None = None,
                  in_step: dict | None = None, tp_splits: tuple[str, ...] = KINDS,
-                 spread: dict[str, list[tuple[int, float]]] | None = None):
+                 spread: dict[str, list[tuple[int, float]]] | None = None, exchange_occupancy: float = 0.0):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -118,6 +119,15 @@ class Costs:
         # {"fwd": [(b, cv)], "bwd": ...}: a block's pass-to-pass spread (std / mean of the profile's
         # timed passes) at each profiled microbatch; None for an estimate or an older profile
         self._spread = spread
+        # seconds a rank of this kind is busy per second of a pipeline exchange priced on the link
+        # (pipeline_plan._stage_costs). A profile's kind is a CPU rank: gloo copies through the core
+        # that computes, and a rank held to a CPU quota has spent it on compute, so the copy runs at
+        # the quota's rate too: its wall per CPU second (the profile's timed.wall_per_cpu), 1 without
+        # a quota. Measured (2026-12-06, LM small 4-stage [1, 1, 2, 2] M=24 at 0.25/0.5 CPU): the ranks
+        # sat 8.3-8.6 ms (0.25 CPU) and 2.9 ms (0.5 CPU) between an operation and the next, where
+        # their boundaries' sends are priced 1.9-2.0 and 1.4 ms. An estimate (a GPU what-if) is 0:
+        # copy engines move the data beside compute.
+        self.exchange_occupancy = exchange_occupancy
 
     def fwd(self, kind: str, b: float) -> float:
         if self._times is not None:
@@ -265,6 +275,7 @@ def from_profile(name: str, record: Path) -> Costs:
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  # profiles older than the key: the LM's plan has only ever split the blocks
                  tp_splits=tuple(s.get("tp_splits", ["block"])), spread=_spread(s["layers"].get("block", [])),
+                 exchange_occupancy=exchange_occupancy(s),
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "
@@ -272,6 +283,12 @@ def from_profile(name: str, record: Path) -> Costs:
                         + "".join(f"; {n} measured" for n, v in s.get("shards", {}).items() if v == "measured")
                         + "".join(f"; {n} group timed" for n, v in s.get("in_step", {}).items() if isinstance(v, list))
                         + ")")
+
+
+def exchange_occupancy(summary: dict) -> float:
+    """A profiled CPU rank's seconds busy per second of a pipeline exchange (Costs.exchange_occupancy):
+    its wall per CPU second where it was held to a quota and timed by CPU seconds, else 1."""
+    return (summary.get("timed") or {}).get("wall_per_cpu") or 1.0
 
 
 def _spread(rows: list[dict]) -> dict[str, list[tuple[int, float]]] | None:

@@ -8,7 +8,7 @@ import math
 from functools import reduce
 from itertools import permutations
 
-from results.analysis.schedule import StageCost, min_max_split, simulate, simulate_expected
+from results.analysis.schedule import StageCost, handoff_lag, min_max_split, simulate, simulate_expected
 from results.planner.inventory import Inventory, PlanError, relay_between
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
@@ -106,11 +106,14 @@ def lower_bound(sc: list[StageCost], m: int) -> float:
     ahead before stage 0 reduces and steps; every stage's own m (f + b) + reduce + optimizer."""
     ahead_f = ahead_b = 0.0
     chain = 0.0
-    for c in sc:
+    for s, c in enumerate(sc):
         chain = max(chain, ahead_f + m * (c.fwd_s + c.bwd_s) + ahead_b)
-        ahead_f += c.fwd_s + c.send_s
-        ahead_b += c.bwd_s + c.send_s
-    own = max(m * (c.fwd_s + c.bwd_s) + c.reduce_s + c.optimizer_s for c in sc)
+        # what the simulator puts between this stage's operation and the next stage's (its exchange
+        # or else the send's lag: schedule.handoff_lag)
+        ahead_f += c.fwd_s + (c.fwd_exchange_s or c.send_s)
+        nxt = sc[s + 1] if s + 1 < len(sc) else None
+        ahead_b += c.bwd_s + (handoff_lag(nxt, "B", c.send_s) + nxt.bwd_exchange_s if nxt else c.send_s)
+    own = max(m * (c.fwd_s + c.bwd_s + c.fwd_exchange_s + c.bwd_exchange_s) + c.reduce_s + c.optimizer_s for c in sc)
     return max(own, chain + sc[0].reduce_s + sc[0].optimizer_s)
 
 
@@ -123,8 +126,15 @@ def _balanced_bound(per: dict[str, int], costs: dict[str, Costs], b: int, m: int
 
 
 def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, relay) -> list[StageCost]:
+    """Each stage's costs. A boundary's send is priced on its two kinds' links; where a kind's rank
+    does the transfer itself (Costs.exchange_occupancy > 0: a profiled CPU rank), each exchange
+    occupies it for the boundary's send time x that occupancy, after every forward on its side
+    towards the next stage and after every backward towards the previous one."""
     sc = []
     last = len(stages) - 1
+    sends = [links.among([st["kind"], stages[s + 1]["kind"]]).send_s(
+        costs[st["kind"]].boundary_bytes_per_sample * b, relay(st["kind"], stages[s + 1]["kind"]))
+        for s, st in enumerate(stages[:-1])] + [0.0]
     for s, st in enumerate(stages):
         c = costs[st["kind"]]
         # each group priced on its kinds' links (LinkModel.among): a stage's replicas are one kind
@@ -133,13 +143,12 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
         if c.tied_params and len(stages) > 1 and s in (0, last):  # tied embedding / head copies
             ends = [stages[0]["kind"], stages[last]["kind"]]
             reduce_s += links.among(ends).all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2, relay(*ends))
-        nxt = relay(st["kind"], stages[s + 1]["kind"]) if s < last else False
-        pair = [st["kind"], stages[min(s + 1, last)]["kind"]]
         # replicate's copies of the stage's gradients into its buckets and back, with the optimizer
         copy_s = c.grad_copy_s(st["params"]) if dp > 1 else 0.0
-        send_s = links.among(pair).send_s(c.boundary_bytes_per_sample * b, nxt)
-        sc.append(StageCost(st["fwd_s"], st["bwd_s"], send_s, reduce_s,
-                            c.optimizer_s_per_param * st["params"] + copy_s, *c.cv(b)))
+        sc.append(StageCost(st["fwd_s"], st["bwd_s"], sends[s], reduce_s,
+                            c.optimizer_s_per_param * st["params"] + copy_s, *c.cv(b),
+                            fwd_exchange_s=sends[s] * c.exchange_occupancy,
+                            bwd_exchange_s=sends[s - 1] * c.exchange_occupancy if s > 0 else 0.0))
     return sc
 
 
@@ -231,7 +240,9 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     b = per_replica // m
     out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
            "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,
-           "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages], "stages": stages}
+           "microbatches": m, "microbatch_size": b, "pp_split": [st["blocks"] for st in stages],
+           # each stage's rank busy with its exchanges, per microbatch (both ways; 0 off a CPU rank)
+           "stages": [{**st, "exchange_s": c.fwd_exchange_s + c.bwd_exchange_s} for st, c in zip(stages, sc)]}
     out["predicted"] = {**_pp_figures(sim, batch, devices, costs), "fits_memory": True}
     if "draws" in sim:  # the spread mattered: the step of typical durations beside it
         out["predicted"]["step_s_typical"] = typical["step_s"]
