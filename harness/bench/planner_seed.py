@@ -53,10 +53,10 @@ FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
 # it ended on precision after 12 pairs (143-152 s), 0.937 [0.919, 0.955]; the pipelines at 24
 # after 10 pairs (65-69 s) with 120 s.
 SEED_BUDGET_S = 120
-# the larger batch of each shape's second interleaved check, as a multiple of the bench's: where the
-# planner prices each step's fixed costs under 3% of the bound (seed_interleaved_at). Data parallel
-# at 48 measured 0.920-0.948 and at 96 0.955 [0.936, 0.974]; the pipelines at 48 0.956 [0.946, 0.967]
-# (2026-12-06, Xeon, throwaway checks on these functions)
+# the larger batch of each shape's second interleaved check, as a multiple of the bench's: where each
+# step's fixed costs weigh less (seed_interleaved_at: which). Data parallel at 48 measured 0.920-0.948
+# and at 96 0.955 [0.936, 0.974]; the pipelines at 48 0.956 [0.946, 0.967] (2026-12-06, Xeon,
+# throwaway checks on these functions)
 AMORTIZED = {"dp": 4, "pp": 2}
 COMM_ARGS = ("--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M", "-n", "5", "--no-ingest")
 
