@@ -255,8 +255,8 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
     their own job; at batch 24 the plans price them at 7% of the bound, at 48 at 4% (LM small,
     2026-12-05 Xeon profiles: predicted 0.930, 0.962). Pipelines: at 24 the planner chooses two
     mixed 2-stage replicas and their all-reduce; at 48 one 4-stage pipeline, whose microbatches of 2
-    fit where each kind's own 2-stage pipeline holds only 1 (2026-12-06 profiles: predicted 0.967
-    and 0.998). A step is batch / 24 times as long, so the budget is that times the bench's."""
+    fit where each kind's own 2-stage pipeline holds only 1 (2026-12-06 profiles, before a CPU rank's
+    exchanges were priced: predicted 0.967 and 0.998). A step is batch / 24 times as long, so the budget is that times the bench's."""
     jobs = {"mixed": (plan(env, tmp / f"inv-{shape}-r0.yaml", batch, shape), batch),
             **{k: (plan(env, tmp / f"inv-{shape}-{k}-r0.yaml", batch // 2, "auto"), batch // 2) for k in kinds}}
     return {"global_batch": batch,
