@@ -75,7 +75,6 @@ class Costs:
     seconds for a microbatch of b samples; saved(kind, b) bytes kept for backward."""
 
     _spread: dict | None = None  # set by __init__; a subclass that does not call it measured none
-    exchange_occupancy: float = 0.0  # set by __init__ (there: why)
 
     def __init__(self, *, name: str, params: dict[str, int], n_blocks: int, boundary_bytes_per_sample: float,
                  state_bytes_per_param: float, grad_bytes_per_param: float, optimizer_s_per_param: float,

@@ -8,7 +8,7 @@ import math
 from functools import reduce
 from itertools import permutations
 
-from results.analysis.schedule import StageCost, handoff_lag, min_max_split, simulate, simulate_expected
+from results.analysis.schedule import StageCost, min_max_split, simulate, simulate_expected
 from results.planner.inventory import Inventory, PlanError, relay_between
 from results.planner.layer_costs import Costs
 from results.planner.links import LinkModel
@@ -108,11 +108,10 @@ def lower_bound(sc: list[StageCost], m: int) -> float:
     chain = 0.0
     for s, c in enumerate(sc):
         chain = max(chain, ahead_f + m * (c.fwd_s + c.bwd_s) + ahead_b)
-        # what the simulator puts between this stage's operation and the next stage's (its exchange
-        # or else the send's lag: schedule.handoff_lag)
+        # what the simulator puts between this stage's operation and the neighbour's over their
+        # boundary: the sender's exchange, or else the send's lag (schedule.handoff_lag)
         ahead_f += c.fwd_s + (c.fwd_exchange_s or c.send_s)
-        nxt = sc[s + 1] if s + 1 < len(sc) else None
-        ahead_b += c.bwd_s + (handoff_lag(nxt, "B", c.send_s) + nxt.bwd_exchange_s if nxt else c.send_s)
+        ahead_b += c.bwd_s + ((sc[s + 1].bwd_exchange_s if s + 1 < len(sc) else 0.0) or c.send_s)
     own = max(m * (c.fwd_s + c.bwd_s + c.fwd_exchange_s + c.bwd_exchange_s) + c.reduce_s + c.optimizer_s for c in sc)
     return max(own, chain + sc[0].reduce_s + sc[0].optimizer_s)
 
