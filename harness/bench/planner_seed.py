@@ -24,8 +24,8 @@ times the batch `seed_interleaved_pp_amortized`). Otherwise each side in separat
 `rounds` times, alternating; step = the harness's median steady step of the slowest rank. Links and
 profiles are measured on the four ranks as the jobs hold them, and each kind's pair's collectives
 on that pair alone (a group of one kind is priced from its own); the profile again before every
-round, each measurement sampled to +-2% (harness profile --precision). The plans are made from the first round's
-profiles; each round's runs are compared with the same plans priced with that round's profiles
+round, each measurement sampled to +-2% (harness profile --precision). The plans are made from the
+first round's profiles; each round's runs are compared with the same plans priced with that round's profiles
 (results/planner/evaluate.py), and the error is the median over rounds. Why: two profiles of the
 same ranks twenty minutes apart once priced one plan 17% apart while the runs agreed; the first
 profile's error alone is kept beside it."""
@@ -256,7 +256,8 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
     2026-12-05 Xeon profiles: predicted 0.930, 0.962). Pipelines: at 24 the planner chooses two
     mixed 2-stage replicas and their all-reduce; at 48 one 4-stage pipeline, whose microbatches of 2
     fit where each kind's own 2-stage pipeline holds only 1 (2026-12-06 profiles, before a CPU rank's
-    exchanges were priced: predicted 0.967 and 0.998). A step is batch / 24 times as long, so the budget is that times the bench's."""
+    exchanges were priced: predicted 0.967 and 0.998). A step is batch / 24 times as long, so the
+    budget is that times the bench's."""
     jobs = {"mixed": (plan(env, tmp / f"inv-{shape}-r0.yaml", batch, shape), batch),
             **{k: (plan(env, tmp / f"inv-{shape}-{k}-r0.yaml", batch // 2, "auto"), batch // 2) for k in kinds}}
     return {"global_batch": batch,
