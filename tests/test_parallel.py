@@ -253,7 +253,10 @@ def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_ra
 @pytest.mark.parametrize("sets, fragment", [
     (["parallel.batch_split=12,x"], "parallel.batch_split must be comma-separated sample counts"),
     (["parallel.batch_split=16,0"], "gives a rank no samples"),
-    (["parallel.batch_split=8,8", "parallel.pp=2"], "parallel.batch_split composes with plain data parallel"),
+    (["parallel.batch_split=8,8", "parallel.tp=2"], "parallel.batch_split composes with plain data parallel"),
+    # with a pipeline, one share per replica: 2 ranks hold one 2-stage replica
+    (["parallel.batch_split=8,8", "parallel.pp=2", "ranks=2"],
+     "parallel.batch_split '8,8' needs 1 entries (one per data-parallel"),
     (["parallel.batch_split=12,3", "ranks=2"], "needs 2 entries (one per data-parallel rank) summing to batch_size 16"),
     (["parallel.batch_split=12,4"], "parallel.batch_split=12,4 needs more than one rank"),
 ])

@@ -102,6 +102,11 @@ def test_balanced_split_moves_blocks_off_the_stage_with_the_head():
     ({"pp": 2, "tp": 2, "sp": True}, "parallel.pp with parallel.sp: not built yet"),
     ({"pp": 2, "data": "zero2"}, "parallel.data=zero2 with parallel.pp: not built yet"),
     ({"pp": 2, "data": "zero1"}, "parallel.data=zero1 with parallel.pp: not built yet"),
+    ({"pp": 2, "batch_split": "3,1", "data": "fsdp"}, "parallel.batch_split with parallel.pp (unequal pipeline "
+                                                       "replicas) composes with parallel.data=ddp"),
+    ({"microbatch_split": "2,2"}, "parallel.microbatch_split needs parallel.pp > 1 and parallel.batch_split"),
+    ({"pp": 2, "batch_split": "3,1", "microbatch_split": "3,x"}, "must be comma-separated microbatch counts"),
+    ({"pp": 2, "batch_split": "3,1", "microbatch_split": "3,0"}, "gives a replica no microbatches"),
 ])
 def test_bad_pipeline_sections_name_the_problem(sets, fragment):
     with pytest.raises(UsageError) as e:
@@ -118,6 +123,8 @@ def test_labels_and_old_variant_ids():
     # a tp run recorded before the pipeline keys existed keeps its variant id
     tp = RunConfig.from_dict({"workload": "lm", "parallel": {"tp": 2}})
     assert set(tp.parallel.hash_dict()) == {"data", "tp", "sp"}
+    un = RunConfig.from_dict({"workload": "lm", "parallel": {"pp": 2, "batch_split": "17,7", "microbatch_split": "17,7"}})
+    assert un.parallel.label() == "ddp-split17.7+pp2-1f1b-m17.7"
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -128,6 +135,12 @@ def test_labels_and_old_variant_ids():
     (("--set", "parallel.pp=2", "--set", "parallel.pp_schedule=zerobubble"), "must be one of gpipe, 1f1b"),
     (("--set", "parallel.pp=2", "--set", "parallel.microbatches=3", "--set", "ranks=2"),
      "parallel.microbatches=3 does not divide the per-replica batch 16"),
+    (("--set", "parallel.pp=2", "--set", "parallel.batch_split=12,4", "--set", "parallel.microbatch_split=5,2",
+      "--set", "ranks=4"), "pipeline replica 0: 5 microbatches do not divide its 12 samples"),
+    (("--set", "parallel.pp=2", "--set", "parallel.batch_split=12,4", "--set", "parallel.microbatch_split=4,1",
+      "--set", "ranks=4"), "pipeline replica 1: parallel.pp_schedule=1f1b needs microbatches >= pp=2; got 1"),
+    (("--set", "parallel.pp=2", "--set", "parallel.batch_split=12,4", "--set", "parallel.microbatch_split=4",
+      "--set", "ranks=4"), "parallel.microbatch_split '4' needs 2 entries"),
 ])
 def test_bad_pipeline_input_is_one_line_exit_2(env, args, fragment):
     p = harness(env, "run", "lm", *args, timeout=120)
@@ -216,3 +229,21 @@ def test_interleaved_1f1b_and_an_uneven_split_under_torchrun(world):
                    "parallel.microbatches=4", "parallel.pp_split=2,1,2,1"], refs["small"])
     _check_run(rec, refs["small"], 2, pp=2, m=4, stages=4)
     assert rec["summary"]["pipeline"]["split"] == [2, 1, 2, 1] and rec["summary"]["launcher"] == "RANK"
+
+
+def test_unequal_pipeline_replicas_match_one_rank_under_mpiexec(world):
+    """Two pipeline replicas of unequal shares and microbatch counts (the planner's data parallel
+    over each device kind's own pipeline, results/planner/kind_jobs.py): replica 0 (ranks 0, 1)
+    12 samples in 3 microbatches of 4, replica 1 (ranks 2, 3) 4 in 2 of 2. The update must be
+    the one-rank run's: each replica's loss weighted by its share, and the 1/M of the mean applied
+    before the replicas' all-reduce (torch's scale_grads divides after it, which left the replicas
+    apart: losses off by 5e-5 to 2e-4 before the fix). 4 ranks but ~8 s: not marked slow, so CI
+    checks it."""
+    env, refs = world
+    rec = _launch(env, [MPIEXEC, "-n", "4", sys.executable], (), [
+        "parallel.pp=2", "parallel.batch_split=12,4", "parallel.microbatch_split=3,2"], refs["tiny"])
+    _check_run(rec, refs["tiny"], 4, pp=2, m=3, stages=2)  # the record's timeline: replica 0's
+    assert rec["summary"]["parallel"]["strategy"] == "ddp-split12.4+pp2-1f1b-m3.2"
+    # each replica's activations cross its boundary once per sample: 12 and 4 samples' worth
+    sends = [r["send_recv"] for r in rec["summary"]["parallel"]["analytic_per_rank"]]
+    assert sends[0] == sends[1] == 3 * sends[2] == 3 * sends[3]

@@ -22,7 +22,7 @@ PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 # fields added after the first release of the section: left out of the variant hash at their
 # defaults, so runs recorded before them keep their ids
 _LATER_FIELDS = ("pp", "microbatches", "pp_schedule", "pp_virtual", "pp_split", "ep", "batch_split", "cp",
-                 "cp_method", "recompute", "jobs")
+                 "cp_method", "recompute", "jobs", "microbatch_split")
 
 
 def _positive_int(name: str, value) -> None:
@@ -82,7 +82,12 @@ class Parallel:
     """Uneven data parallel: samples of each global batch per data-parallel rank, "a,b,..."
     (summing to the batch size), e.g. from `python -m harness plan` for ranks of unequal speed;
     each rank's loss is weighted by its share, so the update equals the even split's. Empty =
-    an equal share each."""
+    an equal share each. With a pipeline (plain ddp), one entry per pipeline replica: unequal
+    replicas, each on its own contiguous ranks (replica j holds ranks j*pp .. j*pp + pp - 1,
+    as one device kind's), the planner's data parallel over each kind's own pipeline."""
+    microbatch_split: str = ""
+    """Unequal pipeline replicas (pp with batch_split): each replica's microbatches a step,
+    "a,b,..." (one entry per replica, each dividing its share); empty = `microbatches` each."""
 
     jobs: int = 1
     """Independent jobs on the launched ranks: the world split into `jobs` equal, contiguous
@@ -129,9 +134,24 @@ class Parallel:
                                  f"got {self.batch_split!r}") from None
             if min(shares) < 1:
                 raise UsageError(f"parallel.batch_split {self.batch_split!r} gives a rank no samples; every rank needs >= 1")
-            if self.tp > 1 or self.pp > 1 or self.ep > 1 or self.cp > 1:
-                raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) so far; "
-                                 "for unequal pipeline stages use parallel.pp_split")
+            if self.tp > 1 or self.ep > 1 or self.cp > 1:
+                raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) and with "
+                                 "pipeline replicas (ddp) so far; for unequal pipeline stages use parallel.pp_split")
+            if self.pp > 1 and (self.data != "ddp" or self.pp_virtual > 1 or self.jobs > 1):
+                raise UsageError("parallel.batch_split with parallel.pp (unequal pipeline replicas) composes with "
+                                 f"parallel.data=ddp, gpipe or 1f1b and one job so far; got {self.label()}")
+        if self.microbatch_split:
+            try:
+                counts = self.replica_microbatches()
+            except ValueError:
+                raise UsageError(f"parallel.microbatch_split must be comma-separated microbatch counts, e.g. \"4,2\"; "
+                                 f"got {self.microbatch_split!r}") from None
+            if not (self.pp > 1 and self.batch_split):
+                raise UsageError("parallel.microbatch_split needs parallel.pp > 1 and parallel.batch_split (each "
+                                 "unequal pipeline replica's microbatches)")
+            if min(counts) < 1:
+                raise UsageError(f"parallel.microbatch_split {self.microbatch_split!r} gives a replica no "
+                                 f"microbatches; every replica needs >= 1")
         if self.jobs > 1 and (self.data != "ddp" or self.tp > 1 or self.cp > 1 or self.ep > 1
                               or self.recompute != "none"):
             raise UsageError(f"parallel.jobs={self.jobs} composes with plain parallel.data=ddp (and batch_split) or "
@@ -168,7 +188,7 @@ class Parallel:
         if (p.pp_schedule == "interleaved_1f1b") != (p.pp_virtual > 1):
             return ("parallel.pp_schedule=interleaved_1f1b needs parallel.pp_virtual >= 2, and pp_virtual > 1 "
                     f"needs interleaved_1f1b; got pp_schedule={p.pp_schedule}, pp_virtual={p.pp_virtual}")
-        if p.pp_schedule == "1f1b" and p.microbatches < p.pp:
+        if p.pp_schedule == "1f1b" and p.microbatches < p.pp and not p.microbatch_split:  # else per replica
             return (f"parallel.pp_schedule=1f1b needs microbatches >= pp (torch's Schedule1F1B); got "
                     f"microbatches={p.microbatches}, pp={p.pp}; use gpipe for fewer")
         if p.pp_schedule == "interleaved_1f1b":
@@ -198,6 +218,12 @@ class Parallel:
 
     def shares(self) -> list[int]:
         return [int(x) for x in self.batch_split.split(",")]
+
+    def replica_microbatches(self, replicas: int | None = None) -> list[int]:
+        """Each pipeline replica's microbatches a step: microbatch_split, else `microbatches` each."""
+        if self.microbatch_split:
+            return [int(x) for x in self.microbatch_split.split(",")]
+        return [self.microbatches] * (replicas or 1)
 
     def local_batches(self, global_batch: int, dp: int) -> list[int]:
         """Samples per data-parallel rank of one global batch: batch_split, else equal shares."""
@@ -254,7 +280,7 @@ class Parallel:
             if len(shares) != dp or sum(shares) != global_batch:
                 return (f"parallel.batch_split {self.batch_split!r} needs {dp} entries (one per data-parallel rank) "
                         f"summing to batch_size {global_batch}; got {len(shares)} summing to {sum(shares)}")
-            return None
+            return self._replica_problem(shares) if self.pp > 1 else None
         if global_batch % dp:
             return f"batch_size {global_batch} is not divisible by {dp} data-parallel ranks"
         if self.pp > 1 and (global_batch // dp) % self.microbatches:
@@ -262,8 +288,22 @@ class Parallel:
                     f"{global_batch // dp} (batch_size {global_batch} / {dp} data-parallel ranks)")
         return None
 
+    def _replica_problem(self, shares: list[int]) -> str | None:
+        """Unequal pipeline replicas: why their microbatches can't split their shares, or None."""
+        counts = self.replica_microbatches(len(shares))
+        if len(counts) != len(shares):
+            return (f"parallel.microbatch_split {self.microbatch_split!r} needs {len(shares)} entries (one per "
+                    f"pipeline replica, as batch_split); got {len(counts)}")
+        for j, (n, m) in enumerate(zip(shares, counts)):
+            if n % m:
+                return f"pipeline replica {j}: {m} microbatches do not divide its {n} samples (parallel.batch_split)"
+            if self.pp_schedule == "1f1b" and m < self.pp:
+                return (f"pipeline replica {j}: parallel.pp_schedule=1f1b needs microbatches >= pp={self.pp}; got {m} "
+                        f"(parallel.microbatch_split); use gpipe for fewer")
+        return None
+
     def label(self) -> str:
         """ddp, zero1, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8 ..."""
         return strategy_name(self.data, self.tp, self.sp, self.pp, self.pp_virtual, self.pp_schedule,
                              self.microbatches, self.pp_split, self.ep, self.batch_split, self.cp, self.recompute,
-                             self.jobs)
+                             self.jobs, self.microbatch_split)

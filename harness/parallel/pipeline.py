@@ -8,8 +8,8 @@ Two steps of the ordered builder (harness/run/build.py):
   pipeline_schedule  each kept stage (wrapped by the data-parallel step) becomes a PipelineStage
                      over the mesh's pp group, driven by ScheduleGPipe, Schedule1F1B or
                      ScheduleInterleaved1F1B with `microbatches` microbatches and the workload's
-                     loss (mean per microbatch; the schedule divides the gradients by M, so a
-                     step equals one over the whole batch)
+                     loss (mean per microbatch, divided by M: the microbatches' gradients sum to
+                     the whole batch's, so a step equals one over the whole batch)
 
 Tied weights across stages (the LM's embedding and head) are summed over the ranks holding them
 after each backward (Megatron's embedding group), before the optimizer step.
@@ -87,9 +87,12 @@ class Pipeline:
         p, wl = ts.cfg.parallel, ts.workload
         self.size = wl.sizes[ts.cfg.size]
         self.workload, self.device, self.mesh = wl, ts.device, mesh
-        self.pp, self.n_stages, self.microbatches = p.pp, p.stages, p.microbatches
+        self.pp, self.n_stages = p.pp, p.stages
         self.schedule_name = p.pp_schedule
         self.pp_rank = mesh["pp"].get_local_rank()
+        # this replica's microbatches: unequal replicas (batch_split) each split their own share
+        replica = mesh.get_coordinate()[1]
+        self.microbatches = p.replica_microbatches(mesh.mesh.shape[1])[replica]
         self.owned = [self.pp_rank + k * p.pp for k in range(p.pp_virtual)]
         self.split = p.split() if p.pp_split else wl.pipeline_split(self.size, p.stages)
         self.holds_input, self.holds_loss = 0 in self.owned, self.n_stages - 1 in self.owned
@@ -125,12 +128,18 @@ class Pipeline:
                   for m, s in zip(wrapped, self.owned)]
         cls = getattr(pl, SCHEDULES[self.schedule_name])
 
+        m = self.microbatches
+
         def timed_loss(out, target):  # the last stage's loss: busy time too
             with self.clock.span(self.n_stages - 1, "L", -1):
-                return loss_fn(out, target)
+                # the microbatch's share of the replica's mean, so the gradients sum to the mean's
+                # as the backward runs. Not the schedule's scale_grads: torch divides by M after the
+                # replicas' all-reduce (PipelineStage.perform_reduce_grad), so replicas of unequal
+                # M (batch_split with microbatch_split) would each divide the same sum differently
+                return loss_fn(out, target) / m
 
         first = stages if self.schedule_name == "interleaved_1f1b" else stages[0]
-        self.schedule = cls(first, n_microbatches=self.microbatches, loss_fn=timed_loss, scale_grads=True)
+        self.schedule = cls(first, n_microbatches=m, loss_fn=timed_loss, scale_grads=False)
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, autocast) -> torch.Tensor:
         """One pipelined forward and backward of the batch; the mean loss on the last stage's
@@ -142,7 +151,7 @@ class Pipeline:
         self._sum_tied_grads()
         self.clock.step += 1
         if self.holds_loss:
-            return torch.stack([torch.as_tensor(v) for v in losses]).mean().detach()
+            return torch.stack([torch.as_tensor(v) for v in losses]).sum().detach()  # each loss / M already
         return torch.tensor(float("nan"))
 
     def _sum_tied_grads(self) -> None:
@@ -195,7 +204,8 @@ def apply_pipeline_schedule(ts) -> None:
     """The schedule over the stage modules as the data-parallel and compile steps left them."""
     if ts.pipeline is None:
         return
-    ts.pipeline.build_schedule(list(ts.model), ts.workload.loss)
+    # ts.loss_fn: the workload's, weighted by the replica's share under batch_split (strategies.py)
+    ts.pipeline.build_schedule(list(ts.model), ts.loss_fn)
 
 
 def report(ts, dist, first_steady: int) -> dict:

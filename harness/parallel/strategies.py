@@ -42,13 +42,13 @@ def data_shard(cfg: RunConfig, dist) -> tuple[int, int]:
     """(data-parallel rank, data-parallel world): the mesh is (pp, dp, cp, tp), row-major as
     init_device_mesh lays it out (harness/config/parallel_config.py), so the tp and cp ranks and
     the pipeline stages of one replica read the same samples. With parallel.jobs of one pipeline
-    each, a replica is a job's contiguous ranks instead (jobs.pipeline_mesh)."""
+    each, or unequal pipeline replicas, a replica is its own contiguous ranks (_contiguous_replicas)."""
     if dist.world == 1:
         return 0, 1
     p = cfg.parallel
     dp = dist.world // p.model_parallel
-    if p.jobs > 1 and p.pp > 1:  # one pipeline a job: the replica is the rank's job (jobs.members, pipeline_mesh)
-        return dist.rank // (dist.world // p.jobs), dp
+    if _contiguous_replicas(p):  # replica j on ranks j*pp .. j*pp + pp - 1
+        return dist.rank // p.pp, dp
     return (dist.rank // (p.cp * p.tp)) % dp, dp
 
 
@@ -59,9 +59,9 @@ def mesh(ts):
     if getattr(ts, "mesh", None) is None:
         from torch.distributed.device_mesh import init_device_mesh
         tp, pp, jobs = ts.cfg.parallel.tp, ts.cfg.parallel.pp, ts.cfg.parallel.jobs
-        if jobs > 1 and pp > 1:  # independent jobs, one pipeline each: a replica (dp index) is a job's ranks
+        if _contiguous_replicas(ts.cfg.parallel):  # a replica (dp index) is its own contiguous ranks
             from torch.distributed.device_mesh import DeviceMesh
-            ts.mesh = DeviceMesh(ts.device.type, torch.tensor(job_layout.pipeline_mesh(ts.world, jobs)),
+            ts.mesh = DeviceMesh(ts.device.type, torch.tensor(job_layout.pipeline_mesh(ts.world, ts.world // pp)),
                                  mesh_dim_names=("pp", "dp", "tp"))
         elif jobs > 1:  # independent jobs (plain ddp): each job's "dp" group is its own ranks (parallel/jobs.py)
             ts.mesh = init_device_mesh(ts.device.type, (jobs, ts.world // jobs), mesh_dim_names=("job", "dp"))
@@ -70,6 +70,14 @@ def mesh(ts):
         else:
             ts.mesh = init_device_mesh(ts.device.type, (ts.world // tp, tp), mesh_dim_names=("dp", "tp"))
     return ts.mesh
+
+
+def _contiguous_replicas(p) -> bool:
+    """Pipeline replicas each on contiguous ranks (replica j on j*pp .. j*pp + pp - 1: jobs.pipeline_mesh)
+    rather than torchtitan's row-major mesh (stage 0 of every replica first): independent jobs of one
+    pipeline each, and unequal replicas (batch_split with pp), each one device kind's ranks as
+    `harness plan` lays a kind's own job out (results/planner/kind_jobs.py)."""
+    return p.pp > 1 and (p.jobs > 1 or bool(p.batch_split))
 
 
 def _dp_degree(ts) -> int:
