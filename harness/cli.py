@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--workload", default="lm")
     n.add_argument("--size", default="tiny", help="a workload size, or a what-if shape (llama2-70b)")
     n.add_argument("--global-batch", type=int, required=True)
-    n.add_argument("--strategy", default="auto", help="auto | dp | pp")
+    n.add_argument("--strategy", default="auto", help="auto | dp | pp | kinds (data parallel over each kind's own job)")
     n.add_argument("--schedule", default="1f1b", help="1f1b | gpipe (pipeline plans)")
     n.add_argument("--cell", default=None, help="write a sweep file that runs the plan here")
     r = sub.add_parser("roofline", help="this device's roofline ceilings: peak FLOP/s, memory bandwidth, ridge")

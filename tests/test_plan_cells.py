@@ -91,3 +91,58 @@ def test_each_kinds_own_plans_run_at_once_as_one_jobs_side():
     own_dp = [{"strategy": "dp", "devices": ["a", "a"], "batch_split": [6, 6]},
               {"strategy": "dp", "devices": ["b", "b"], "batch_split": [5, 7]}]
     assert _jobs_side(dp, own_dp, rank_kinds(dp)) == ("parallel.jobs=2;parallel.batch_split=5,7,6,6", None)
+
+
+def test_data_parallel_over_each_kinds_own_pipeline_is_one_launch(tmp_path):
+    """A kinds plan whose every kind trains as its own pipeline of one split (kind p: 1 replica of 2
+    stages, kind q: 2 replicas; each device too small for the model) runs as one pipeline with
+    unequal replicas: each replica's share and microbatches from its kind's job, its ranks its
+    kind's, contiguous (parallel.batch_split with pp). A kind that trains data parallel cannot join
+    such a launch: no cell, and the reason."""
+    from harness.planning.plan import _cell, not_runnable, overrides, rank_kinds
+    from results.planner import search as planner
+    from results.planner.inventory import DeviceKind, Inventory
+    from results.planner.links import LinkModel
+    from tests.test_planner import FREE, _linear
+    costs = {"p": _linear("p", 0.01, memory_per_sample=10), "q": _linear("q", 0.02, memory_per_sample=10)}
+    inv = Inventory((DeviceKind("p", 2, 100_000), DeviceKind("q", 4, 100_000)), FREE)
+    k = planner.plan(inv, costs, LinkModel(FREE, tmp_path), 48, "kinds")
+    p, q = k["jobs"]["p"], k["jobs"]["q"]
+    assert (p["replicas"], q["replicas"], p["pp_split"], q["pp_split"]) == (1, 2, [4, 4], [4, 4])
+    assert not_runnable(k) is None
+    # the test costs' model has 8 blocks: the parallel section alone (RunConfig checks a workload's blocks)
+    from harness.config.parallel_config import Parallel
+    sets = dict(o.removeprefix("parallel.").split("=", 1) for o in overrides(k))
+    par = Parallel(**{n: int(v) if n == "pp" else v for n, v in sets.items()})
+    shares = [p["global_batch"]] + [q["global_batch"] // 2] * 2
+    assert par.shares() == shares and sum(shares) == 48
+    assert par.replica_microbatches() == [p["microbatches"]] + [q["microbatches"]] * 2
+    assert (par.pp, par.pp_split, par.label().startswith("ddp-split")) == (2, "4,4", True)
+    assert par.batch_problem(48, 6) is None
+    assert rank_kinds(k) == ["p", "p", "q", "q", "q", "q"]  # replica j on ranks 2j, 2j + 1
+    f = tmp_path / "cell.yaml"
+    f.write_text(_cell(k, "lm", "small", 48))
+    assert f'batch_split: "{",".join(map(str, shares))}"' in f.read_text() and "ranks: [6]" in f.read_text()
+    # kind d trains data parallel alone: one launch can't hold it beside p's pipeline
+    mixed = Inventory((DeviceKind("p", 2, 100_000), DeviceKind("d", 1, 1e12)), FREE)
+    costs["d"] = _linear("d", 0.02, memory_per_sample=10)
+    kd = planner.plan(mixed, costs, LinkModel(FREE, tmp_path), 48, "kinds")
+    assert "not every kind's is a pipeline" in not_runnable(kd)
+
+
+def test_the_seed_check_runs_a_kinds_plan_against_each_kinds_own_pipeline():
+    """planner_seed._jobs_side with a kinds plan of pipelines: each kind's own pipeline as the jobs
+    side, the mixed side's unequal-replica keys cleared."""
+    from harness.bench.planner_seed import _jobs_side
+    from harness.config.run_config import RunConfig
+    from harness.planning.plan import overrides, rank_kinds
+    own = [_pp(["a", "a"], [3, 3]), _pp(["b", "b"], [3, 3])]
+    job = {"strategy": "pp", "schedule": "1f1b", "replicas": 1, "pp_split": [3, 3]}
+    kinds = {"strategy": "kinds", "devices": ["a", "a", "b", "b"], "jobs": {
+        "a": {**job, "global_batch": 17, "microbatches": 17}, "b": {**job, "global_batch": 7, "microbatches": 7}}}
+    against, why = _jobs_side(kinds, own, rank_kinds(kinds))
+    assert why is None
+    base = RunConfig(workload="lm", size="small", batch_size=24, ranks=4).with_overrides(overrides(kinds))
+    assert (base.parallel.shares(), base.parallel.replica_microbatches()) == ([17, 7], [17, 7])
+    par = base.with_overrides(against.split(";")).parallel
+    assert (par.jobs, par.pp, par.microbatches, par.batch_split, par.microbatch_split) == (2, 2, 12, "", "")

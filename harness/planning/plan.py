@@ -56,10 +56,18 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
     return out
 
 
-def _not_runnable(p: dict) -> str | None:
+def not_runnable(p: dict) -> str | None:
     """Why the harness cannot run this plan as one sweep cell yet, or None."""
     if p["strategy"] == "kinds":
-        return "each kind runs its own job (a job per kind and a cross-kind all-reduce): not one sweep cell"
+        jobs = list(p["jobs"].values())
+        if any(j.get("strategy") != "pp" for j in jobs):
+            return ("each kind runs its own job, and not every kind's is a pipeline: one launch runs data parallel "
+                    "over unequal pipeline replicas only (parallel.batch_split with parallel.pp)")
+        if len({(len(j["pp_split"]), tuple(j["pp_split"]), j["schedule"]) for j in jobs}) > 1:
+            return ("each kind's pipeline has its own stages: the replicas' all-reduce needs every kind's stage s "
+                    "to hold the same blocks (one parallel.pp_split)")
+        if any(j.get("recompute") or j.get("groups") for j in jobs):
+            return "a kind's pipeline recomputes or has tensor/context groups: not one sweep cell"
     if p.get("recompute") and set(p["recompute"]) != set(p["devices"]):
         return (f"recomputation on {', '.join(p['recompute'])} only: the sweep's parallel.recompute holds one "
                 f"setting for every rank")
@@ -77,7 +85,18 @@ def split_text(split: list[int]) -> str:
 
 
 def overrides(p: dict) -> list[str]:
-    """A dp or pp plan as `--set` overrides: the parallel keys `harness plan --cell` writes."""
+    """A dp or pp plan as `--set` overrides: the parallel keys `harness plan --cell` writes. A
+    kinds plan of pipelines (each kind its own pipeline replicas, the same split; not_runnable):
+    one pipeline with unequal replicas, each on its own kind's contiguous ranks in the
+    inventory's order (harness/parallel/strategies._contiguous_replicas), each with its kind's
+    share of the batch and microbatches."""
+    if p["strategy"] == "kinds":
+        jobs = list(p["jobs"].values())
+        shares = [j["global_batch"] // j["replicas"] for j in jobs for _ in range(j["replicas"])]
+        counts = [j["microbatches"] for j in jobs for _ in range(j["replicas"])]
+        return [f"parallel.pp={len(jobs[0]['pp_split'])}", f"parallel.pp_schedule={jobs[0]['schedule']}",
+                f"parallel.pp_split={split_text(jobs[0]['pp_split'])}", f"parallel.batch_split={split_text(shares)}",
+                f"parallel.microbatch_split={split_text(counts)}"]
     if p["strategy"] == "dp":
         return [f"parallel.batch_split={split_text(p['batch_split'])}"] + (
             ["parallel.recompute=full"] if p.get("recompute") else [])
@@ -86,9 +105,9 @@ def overrides(p: dict) -> list[str]:
 
 
 def rank_kinds(p: dict) -> list[str]:
-    """Each rank's device kind, in mesh order: a dp plan's devices; in a pipeline the mesh is
+    """Each rank's device kind, in mesh order: a dp or kinds plan's devices; in a pipeline the mesh is
     (pp, dp, ...), so rank r runs stage r // replicas on that stage's kind."""
-    if p["strategy"] == "dp":
+    if p["strategy"] in ("dp", "kinds"):  # kinds: each kind's replicas on its own contiguous ranks
         return list(p["devices"])
     return [p["stage_order"][r // p.get("replicas", 1)] for r in range(len(p["devices"]))]
 
@@ -209,7 +228,7 @@ def main(devices: str, workload: str, size: str, batch: int, strategy: str, sche
     path.write_text(json.dumps(p, indent=1, default=str))
     print(f"plan: {path}")
     if cell:
-        why = _not_runnable(p)
+        why = not_runnable(p)
         if why:
             print(f"harness: cell not written: {why}; plan with --strategy dp or pp, or an inventory without "
                   f"node_size, for a runnable cell", file=sys.stderr)

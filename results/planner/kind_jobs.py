@@ -112,10 +112,21 @@ def kinds_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
         if name == "predicted":
             out["predicted"] = f
             out["jobs"] = {k: {"plan": label(j), "global_batch": sh[k], "step_s": j["predicted"]["step_s"],
-                               "samples_per_s": sh[k] / j["predicted"]["step_s"]} for k, j in jobs.items()}
+                               "samples_per_s": sh[k] / j["predicted"]["step_s"], **_layout(j)}
+                           for k, j in jobs.items()}
         else:
             out["uniform"] = {"jobs": dict(sh), "predicted": f}
     return out
+
+
+JOB_KEYS = ("strategy", "schedule", "replicas", "microbatches", "microbatch_size", "pp_split", "batch_split",
+            "recompute", "groups")
+
+
+def _layout(job: dict) -> dict:
+    """What runs a kind's job (harness/planning/plan.py turns every kind's into one launch): its
+    shape, and for a pipeline its replicas, microbatches and split."""
+    return {k: job[k] for k in JOB_KEYS if job.get(k)}
 
 
 def _largest_shard(job: dict, c: Costs, tp: int) -> float:

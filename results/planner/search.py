@@ -49,7 +49,7 @@ from results.planner.labels import label
 from results.planner.utilization import utilization_seed
 from results.planner.within_stage import NONE, Group, as_devices, grouped, options
 
-STRATEGIES = ("auto", "dp", "pp")  # auto: the best of every shape below (candidates)
+STRATEGIES = ("auto", "dp", "pp", "kinds")  # auto: the best of every shape below (candidates)
 SHAPES = ("dp", "pp", "kinds")  # data parallel; pipelines; DP over each kind's own job (kind_jobs.py)
 
 
