@@ -81,3 +81,26 @@ def test_a_profiles_occupancy_is_its_wall_per_cpu_second_or_one():
     assert layer_costs.exchange_occupancy({"timed": {"wall_per_cpu": None}}) == 1.0  # not held to a quota
     assert layer_costs.exchange_occupancy({}) == 1.0  # a profile older than the figure
     assert _linear("x", 0.01).exchange_occupancy == 0.0  # not from a profile: as an estimate, none
+
+
+def test_the_split_balances_compute_and_exchanges_together(tmp_path):
+    """A stage's rank is busy with its exchanges as well as its blocks (_stage_costs), so the split
+    minimises the slowest stage's fwd + bwd + exchanges per microbatch: checked against every split
+    by hand. A slow kind whose exchanges cost two of its blocks gives up blocks to the fast one."""
+    links = inventory.Links(measured=False, busbw_gb_per_s=0.001, latency_us=100.0)  # 1 MB/s: 1 ms a sample
+    inv = _inv(("fast", 1, 1e12), ("slow", 1, 1e12))
+    costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.02)}
+    lm = LinkModel(links, tmp_path)
+    before = planner.plan(inv, costs, lm, 8, "pp")
+    costs["slow"].exchange_occupancy = 40.0
+    p = planner.plan(inv, costs, lm, 8, "pp")
+    order, b, m = p["stage_order"], p["microbatch_size"], p["microbatches"]
+    x = pipeline_plan._exchanges(order, costs, lm, b, lambda a, c: False)
+    assert x[order.index("slow")] == pytest.approx(40 * lm.send_s(1000 * b)) and x[order.index("fast")] == 0
+
+    def slowest(split):
+        sts = pipeline_plan.stages_for(order, costs, {"fast": 1e12, "slow": 1e12}, split, b, m, "1f1b")
+        return max(st["fwd_s"] + st["bwd_s"] + e for st, e in zip(sts, x))
+    best = min(slowest([a, 8 - a]) for a in range(1, 8))
+    assert slowest(p["pp_split"]) == pytest.approx(best)
+    assert p["pp_split"][order.index("slow")] < before["pp_split"][before["stage_order"].index("slow")]

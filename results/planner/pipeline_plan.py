@@ -56,11 +56,13 @@ def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, m: int, infli
 
 
 def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, float], b: int, m: int,
-                 schedule: str, memo: dict | None = None) -> list[dict] | None:
+                 schedule: str, memo: dict | None = None, exchanges: list[float] | None = None) -> list[dict] | None:
     """Blocks per stage minimising the slowest stage's fwd+bwd per microbatch (dynamic
     programming over (stage, blocks so far)), every stage >= 1 block and within memory. `memo`
     keeps stage times across the stage orders a search tries (a stage's time depends on its
-    kind, blocks, ends, microbatch, in-flight and microbatch count, not on where the order puts it)."""
+    kind, blocks, ends, microbatch, in-flight and microbatch count, not on where the order puts it).
+    `exchanges`: each stage's seconds per microbatch busy with its exchanges (_exchanges), which
+    do not depend on its blocks: the split balances what occupies each rank, compute and copies."""
     p, n = len(kinds), costs[kinds[0]].n_blocks
     memo = {} if memo is None else memo
 
@@ -72,7 +74,7 @@ def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, fl
                 memo[tk] = _stage_terms(costs[kinds[s]], key[2], key[3], b)
             st = _stage(costs[kinds[s]], blocks, key[2], key[3], b, m, key[5], memory[kinds[s]], memo[tk])
             memo[key] = math.inf if st is None else st["fwd_s"] + st["bwd_s"]
-        return memo[key]
+        return memo[key] + (exchanges[s] if exchanges else 0.0)
     split = min_max_split(n, p, seconds)  # the one split search (results/analysis/schedule.py)
     return None if split is None else stages_for(kinds, costs, memory, split, b, m, schedule)
 
@@ -151,6 +153,16 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
     return sc
 
 
+def _exchanges(kinds: list[str], costs: dict[str, Costs], links: LinkModel, b: int, relay) -> list[float]:
+    """Each stage's seconds per microbatch busy with its exchanges, as _stage_costs prices them (the
+    boundary's send x the kind's occupancy, towards the next stage and from the previous), before
+    the blocks are split: a send's bytes are the sending kind's boundary, not its blocks'."""
+    sends = [links.among([a, c]).send_s(costs[a].boundary_bytes_per_sample * b, relay(a, c))
+             for a, c in zip(kinds, kinds[1:])]
+    return [costs[k].exchange_occupancy * ((sends[s] if s < len(sends) else 0.0) + (sends[s - 1] if s else 0.0))
+            for s, k in enumerate(kinds)]
+
+
 def relay_fn(inv: Inventory):
     """relay(kind_a, kind_b) for pp_predict: whether those kinds' traffic takes the host relay."""
     by = {d.kind: d for d in inv.devices}
@@ -216,7 +228,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
         found = []
         for order in orders:
             kinds = [k for k in order for _ in range(per[k])]
-            stages = split_blocks(kinds, costs, memory, b, m, schedule, memo)
+            stages = split_blocks(kinds, costs, memory, b, m, schedule, memo, _exchanges(kinds, costs, links, b, relay))
             if stages is not None:
                 sc = _stage_costs(stages, costs, links, b, g, relay)
                 found.append((lower_bound(sc, m), len(found), sc, stages, kinds))
