@@ -15,7 +15,8 @@ The cross-kind all-reduce (not overlapped: it follows each kind's own reduction;
 kinds' layouts differ (other stage splits, other groups), so every device exchanges its own
 gradient shard with the other kinds: one all-reduce among the kinds of the largest shard any
 device holds, over the host relay where their libraries differ. Each kind's own reduction over
-its replicas is inside its step.
+its replicas is inside its step; where it had none, the all-reduce makes its devices replicas,
+and their gradient copies into DDP's buckets are added (_copies).
 """
 from __future__ import annotations
 
@@ -105,7 +106,8 @@ def kinds_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
         shard = max(_largest_shard(j, costs[d.kind], alone[d.kind]["shape"]["group"].tp)
                     for d, j in zip(inv.devices, jobs.values()))
         cross = links.all_reduce_s(shard, len(inv.devices), relay)
-        step_s = max(j["predicted"]["step_s"] for j in jobs.values()) + cross
+        step_s = max(j["predicted"]["step_s"] + _copies(j, costs[d.kind], alone[d.kind]["shape"]["group"].tp)
+                     for d, j in zip(inv.devices, jobs.values())) + cross
         f = {"step_s": step_s, "samples_per_s": batch / step_s, "cross_reduce_s": cross, "fits_memory": True,
              "utilization": utilization(batch / step_s, devices, costs, batch),
              "kind_step_s": {k: j["predicted"]["step_s"] for k, j in jobs.items()}}
@@ -127,6 +129,15 @@ def _layout(job: dict) -> dict:
     """What runs a kind's job (harness/planning/plan.py turns every kind's into one launch): its
     shape, and for a pipeline its replicas, microbatches and split."""
     return {k: job[k] for k in JOB_KEYS if job.get(k)}
+
+
+def _copies(job: dict, c: Costs, tp: int) -> float:
+    """Seconds a job priced alone without replicas (one pipeline, one device) adds when the kinds'
+    all-reduce makes every device a replica: DDP's (replicate's) copies of its gradients into the
+    buckets and back, on the device with the largest shard (a job with replicas of its own has them
+    in its price already). 0.03 s a step for a 0.25-CPU rank's half of LM small (2026-12-06)."""
+    own = job.get("replicas", 1) > 1 if job["strategy"] == "pp" else len(job["devices"]) > 1
+    return 0.0 if own else c.grad_copy_s(_largest_shard(job, c, tp) / c.grad_bytes_per_param)
 
 
 def _largest_shard(job: dict, c: Costs, tp: int) -> float:
