@@ -247,3 +247,15 @@ def test_unequal_pipeline_replicas_match_one_rank_under_mpiexec(world):
     # each replica's activations cross its boundary once per sample: 12 and 4 samples' worth
     sends = [r["send_recv"] for r in rec["summary"]["parallel"]["analytic_per_rank"]]
     assert sends[0] == sends[1] == 3 * sends[2] == 3 * sends[3]
+
+
+def test_the_bubble_table_reads_m_as_the_recorded_replica_ran_it():
+    """Unequal replicas record replica 0's timeline: the table's M is microbatch_split's first entry,
+    not parallel.microbatches (left at its default by a kinds plan's launch)."""
+    import pandas as pd
+    runs = pd.DataFrame({"run_id": ["a", "b"], "workload": "lm", "size": "small", "device": "cpu",
+                         "status": "finished", "pp_bubble": [0.1, 0.2], "pp_bubble_theory": [0.08, 0.06],
+                         "pp_window_s": [1.0, 1.0], "parallel.pp": ["2", "2"], "parallel.pp_virtual": ["1", "1"],
+                         "parallel.microbatches": ["4", "4"],
+                         "parallel.microbatch_split": ["", "17,7"]})
+    assert pipe.bubble_table(runs).set_index("run_id")["microbatches"].to_dict() == {"a": 4, "b": 17}

@@ -204,7 +204,7 @@ def bubble_table(df):
         "run_id": runs["run_id"], "workload": runs["workload"], "size": runs["size"], "device": runs["device"],
         "config": runs["config"] if "config" in runs else "", "schedule": runs.get("parallel.pp_schedule", "1f1b"),
         "pp": num("parallel.pp", 1).astype(int), "virtual": num("parallel.pp_virtual", 1).astype(int),
-        "microbatches": num("parallel.microbatches", 4).astype(int),
+        "microbatches": _microbatches(runs, num("parallel.microbatches", 4)).astype(int),
         "split": runs["parallel.pp_split"].fillna("even").replace({"": "even"}) if "parallel.pp_split" in runs else "even",
         "bubble_measured": runs["pp_bubble"], "bubble_theory": runs["pp_bubble_theory"],
         "bubble_predicted": runs.get("pp_bubble_predicted"),
@@ -213,6 +213,17 @@ def bubble_table(df):
         "comm_overhead_ms": 1000 * runs["pp_comm_overhead_s"] if "pp_comm_overhead_s" in runs else None,
         "window_ms": 1000 * runs["pp_window_s"], "record_dir": runs.get("record_dir")})
     return out.sort_values(["workload", "size", "schedule", "pp", "microbatches"]).reset_index(drop=True)
+
+
+def _microbatches(runs, m):
+    """Each run's M as its timeline ran it: unequal pipeline replicas (parallel.microbatch_split)
+    record replica 0's schedule (harness/parallel/pipeline.report), so its entry, not `microbatches`."""
+    import pandas as pd
+    if "parallel.microbatch_split" not in runs:
+        return m
+    first = pd.to_numeric(runs["parallel.microbatch_split"].fillna("").astype(str).str.split(",").str[0],
+                          errors="coerce")
+    return first.fillna(m)
 
 
 def verdict(r) -> str:
