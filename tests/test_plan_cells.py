@@ -146,3 +146,26 @@ def test_the_seed_check_runs_a_kinds_plan_against_each_kinds_own_pipeline():
     assert (base.parallel.shares(), base.parallel.replica_microbatches()) == ([17, 7], [17, 7])
     par = base.with_overrides(against.split(";")).parallel
     assert (par.jobs, par.pp, par.microbatches, par.batch_split, par.microbatch_split) == (2, 2, 12, "", "")
+
+
+def test_a_seed_check_keeps_what_its_plans_were_made_from(tmp_path):
+    """planner_seed.keep_inputs: links, each round's profiles, inventories and plans copied out of
+    the bench's temporary folder, the inventories' profile paths pointing at the copies, so that
+    `harness plan` prices the same plans again later (HARNESS_RESULTS=the copy)."""
+    from harness.bench.planner_seed import keep_inputs
+    from results.planner import inventory
+    tmp = tmp_path / "bench"
+    prof = tmp / "round0" / "profiles" / "profile-a"
+    prof.mkdir(parents=True)
+    (prof / "summary.json").write_text("{}")
+    for d in ("comm", "comm-cpu0.5/comm", "plans", "lm-small-shortval"):  # a pair's links: its own results folder
+        (tmp / d).mkdir(parents=True)
+        (tmp / d / "x.json").write_text("{}")
+    (tmp / "inv-pp-r0.yaml").write_text(f"devices:\n  - {{kind: a, count: 2, memory_gb: 1, profile: {prof}}}\n"
+                                        f"links: {{collectives: measured, backend: gloo, kinds: {{a: {tmp}/comm-cpu0.5}}}}\n")
+    dest = keep_inputs(tmp, tmp_path / "kept")
+    assert sorted(p.name for p in dest.iterdir()) == ["comm", "comm-cpu0.5", "inv-pp-r0.yaml", "plans", "round0"]
+    assert (dest / "round0" / "profiles" / "profile-a" / "summary.json").exists()  # the dataset is not kept
+    text = (dest / "inv-pp-r0.yaml").read_text()
+    assert str(tmp) not in text and f"profile: {dest}/round0/profiles/profile-a" in text
+    assert inventory.load(dest / "inv-pp-r0.yaml").devices[0].profile == dest / "round0" / "profiles" / "profile-a"

@@ -166,6 +166,10 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
         # the same for the pipelines: the mixed pipelines against each kind's own pipeline at once
         out["seed_interleaved_pp"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["pp"], batch, rounds)
         _print_seed("pp", "", out["seed_interleaved_pp"])
+        # the planner's data parallel over each kind's own pipeline, in the pipelines' memory: one launch of
+        # unequal pipeline replicas (parallel.batch_split with pp) against each kind's own pipeline at once
+        out["seed_interleaved_pp_kinds"] = seed_interleaved_at(env, tmp, data_dir, kinds, batch, rounds, "pp", "kinds")
+        _print_seed("pp", " (each kind its own pipeline)", out["seed_interleaved_pp_kinds"])
         for shape, key in (("dp", "seed_interleaved_amortized"), ("pp", "seed_interleaved_pp_amortized")):
             if amortized.get(shape, 1) > 1:  # the same at a larger batch, planned from the first round's profiles
                 at = amortized[shape] * batch
@@ -183,12 +187,17 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                 if got and any(x is not None for x in got):  # pipelines only
                     print(f"planner_seed {shape} {name}: pipeline stage compute as run / as priced, by round: "
                           f"{', '.join('-' if x is None else f'{x:.3f}' for x in got)}", flush=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        d = results_root() / plan_report.SUBDIR  # for the portal's Planner page (results/planner/report.py)
+        out["inputs"] = str(keep_inputs(tmp, d / f"seed-check-{stamp}-inputs"))  # before the folder goes
     out["targets"] = {"choice_agrees_with_the_interleaved_ratio": all(c["agrees"] for c in out["choice"].values()),
                       "seed_utilization_at_least_0.95": all(c["utilization_seed_measured"] >= 0.95
                                                             for c in out["checks"].values()),
                       "seed_utilization_interleaved_at_least_0.95": out["seed_interleaved"].get("measured", 0) >= 0.95,
                       "seed_utilization_interleaved_pp_at_least_0.95":
                           out["seed_interleaved_pp"].get("measured", 0) >= 0.95,
+                      "seed_utilization_interleaved_pp_kinds_at_least_0.95":
+                          out["seed_interleaved_pp_kinds"].get("measured", 0) >= 0.95,
                       "seed_utilization_interleaved_amortized_at_least_0.95":
                           out.get("seed_interleaved_amortized", {}).get("measured", 0) >= 0.95,
                       "seed_utilization_interleaved_pp_amortized_at_least_0.95":
@@ -196,10 +205,25 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
     out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    d = results_root() / plan_report.SUBDIR  # for the portal's Planner page (results/planner/report.py)
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"seed-check-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(out, indent=1))
+    (d / f"seed-check-{stamp}.json").write_text(json.dumps(out, indent=1))
     return out
+
+
+def keep_inputs(tmp: Path, dest: Path) -> Path:
+    """What the check's plans were made from, kept beside its figures: links (`harness comm`
+    records, the four ranks' and each pair's), each round's profiles, the inventories and the
+    plans. Why: a model changed later can price the same plans on the same profiles again
+    (HARNESS_RESULTS=dest harness plan --devices dest/inv-pp-r0.yaml ...); the bench's temporary
+    folder is gone when it returns. The inventories name their profiles by path: rewritten to dest."""
+    import shutil
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in [tmp / "comm", tmp / "plans", *tmp.glob("comm-*"), *tmp.glob("round*")]:
+        if src.is_dir():
+            shutil.copytree(src, dest / src.name, dirs_exist_ok=True)
+    for inv in tmp.glob("inv-*.yaml"):
+        (dest / inv.name).write_text(inv.read_text().replace(str(tmp), str(dest)))
+    return dest
 
 
 def _profiled(profiles: dict[str, Path]) -> dict:
@@ -247,9 +271,10 @@ def _print_seed(shape: str, at: str, si: dict) -> None:
 
 
 def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], batch: int,
-                        processes: int, shape: str = "dp") -> dict:
+                        processes: int, shape: str = "dp", strategy: str | None = None) -> dict:
     """The seed's utilization of one shape's plans (dp or pp), interleaved, at another global batch,
-    planned on the first round's inventories (tmp/inv-<shape>-*-r0.yaml). Why: each step's fixed
+    planned on the first round's inventories (tmp/inv-<shape>-*-r0.yaml); the mixed plan of
+    `strategy` (default: the shape; "kinds": data parallel over each kind's own job). Why: each step's fixed
     costs are the mixed job's loss over each kind's own. Data parallel: the optimizer and the
     all-reduce (4 ranks' against each pair's 2), which its slow ranks pay over fewer samples than in
     their own job; at batch 24 the plans price them at 7% of the bound, at 48 at 4% (LM small,
@@ -258,7 +283,7 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
     fit where each kind's own 2-stage pipeline holds only 1 (2026-12-06 profiles, before a CPU rank's
     exchanges were priced: predicted 0.967 and 0.998). A step is batch / 24 times as long, so the
     budget is that times the bench's."""
-    jobs = {"mixed": (plan(env, tmp / f"inv-{shape}-r0.yaml", batch, shape), batch),
+    jobs = {"mixed": (plan(env, tmp / f"inv-{shape}-r0.yaml", batch, strategy or shape), batch),
             **{k: (plan(env, tmp / f"inv-{shape}-{k}-r0.yaml", batch // 2, "auto"), batch // 2) for k in kinds}}
     return {"global_batch": batch,
             **_seed_interleaved(env, tmp, data_dir, kinds, jobs, batch, processes,
@@ -310,9 +335,13 @@ def _jobs_side(mixed: dict, own: list[dict], order: list[str]) -> tuple[str, str
         split = plan_mod.split_text([n for k in order[::2] for n in by_kind[k]["batch_split"]])
         return f"parallel.jobs=2;parallel.batch_split={split}", None
     sets = {tuple(plan_mod.overrides(p)) for p in own}
-    if all(p["strategy"] == "pp" for p in plans) and len(sets) == 1 and all(
+    # the mixed side: pipelines of mixed stages, or (kinds) each kind its own pipeline replica in one
+    # launch (plan.overrides: batch_split and microbatch_split with pp, which the jobs side clears)
+    piped = mixed["strategy"] == "pp" or (mixed["strategy"] == "kinds" and not plan_mod.not_runnable(mixed))
+    if piped and all(p["strategy"] == "pp" for p in own) and len(sets) == 1 and all(
             len(p["pp_split"]) == 2 and p.get("replicas", 1) == 1 for p in own):
-        return ";".join(["parallel.jobs=2", *sets.pop()]), None
+        clear = ["parallel.batch_split=", "parallel.microbatch_split="] if mixed["strategy"] == "kinds" else []
+        return ";".join(["parallel.jobs=2", *clear, *sets.pop()]), None
     return "", "the plans are not all data parallel, nor each kind's one and the same 2-stage pipeline: " + \
         ", ".join(_label(p) for p in plans)
 
@@ -353,4 +382,6 @@ def _check(jobs: dict, steps: dict, paired: dict, kinds: dict, batch: int, memor
 
 def _label(p: dict) -> str:
     from results.planner.labels import label
+    if p["strategy"] == "kinds":  # its label names each kind's job and share
+        return label(p)
     return label(p) + (f" {p['pp_split']} M={p['microbatches']}" if p["strategy"] == "pp" else f" {p['batch_split']}")

@@ -194,7 +194,8 @@ def seed_frame(check: dict) -> pd.DataFrame:
     """One row per shape measured in separate launches (the mixed job, then each kind's own job,
     alternating; the median over rounds), and one for the data-parallel plans interleaved in one
     process group (the mixed job against both kinds' own jobs at once: drift-free), at the bench's
-    batch and at a larger one, and the same two for the pipelines."""
+    batch and at a larger one, the same two for the pipelines, and data parallel over each kind's
+    own pipeline (the planner's "kinds" plan in the pipelines' memory)."""
     rows = []
     for shape, c in check["checks"].items():
         rows.append({"shape": SHAPES.get(shape, shape), "how measured": "separate launches",
@@ -203,7 +204,8 @@ def seed_frame(check: dict) -> pd.DataFrame:
                      "seed utilization measured": c["utilization_seed_measured"],
                      "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
     for key, shape, at in (("seed_interleaved", "dp", ""), ("seed_interleaved_amortized", "dp", ", at batch {}"),
-                           ("seed_interleaved_pp", "pp", ""), ("seed_interleaved_pp_amortized", "pp", ", at batch {}")):
+                           ("seed_interleaved_pp", "pp", ""), ("seed_interleaved_pp_amortized", "pp", ", at batch {}"),
+                           ("seed_interleaved_pp_kinds", "pp", ", each kind its own pipeline in one launch")):
         si = check.get(key) or {}
         if "measured" in si:
             rows.append({"shape": SHAPES[shape],
@@ -232,6 +234,9 @@ def seed_verdict(check: dict) -> str:
     big = check.get("seed_interleaved_pp_amortized") or {}
     if "measured" in big:
         text += f" Pipelines at batch {big['global_batch']}: {_seed_figure(big)}."
+    kinds = check.get("seed_interleaved_pp_kinds") or {}
+    if "measured" in kinds:  # the planner's data parallel over each kind's own pipeline, same memory
+        text += f" Each kind its own pipeline, data parallel between them: {_seed_figure(kinds)}."
     return text
 
 
