@@ -123,7 +123,8 @@ def test_labels_and_old_variant_ids():
     # a tp run recorded before the pipeline keys existed keeps its variant id
     tp = RunConfig.from_dict({"workload": "lm", "parallel": {"tp": 2}})
     assert set(tp.parallel.hash_dict()) == {"data", "tp", "sp"}
-    un = RunConfig.from_dict({"workload": "lm", "parallel": {"pp": 2, "batch_split": "17,7", "microbatch_split": "17,7"}})
+    un = RunConfig.from_dict({"workload": "lm", "parallel": {"pp": 2, "batch_split": "17,7",
+                                                             "microbatch_split": "17,7"}})
     assert un.parallel.label() == "ddp-split17.7+pp2-1f1b-m17.7"
 
 
@@ -247,6 +248,8 @@ def test_unequal_pipeline_replicas_match_one_rank_under_mpiexec(world):
     # each replica's activations cross its boundary once per sample: 12 and 4 samples' worth
     sends = [r["send_recv"] for r in rec["summary"]["parallel"]["analytic_per_rank"]]
     assert sends[0] == sends[1] == 3 * sends[2] == 3 * sends[3]
+    windows = rec["summary"]["pipeline"]["replica_windows_s"]  # each replica's own pipeline, per step
+    assert len(windows) == 2 and all(w > 0 for w in windows)
 
 
 def test_the_bubble_table_reads_m_as_the_recorded_replica_ran_it():

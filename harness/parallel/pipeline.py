@@ -222,7 +222,27 @@ def report(ts, dist, first_steady: int) -> dict:
     replica = [e for e in every if e["rank"] in _replica_ranks(ts.pipeline)]
     events = [dict(zip(("step", "stage", "kind", "mb", "t0", "t1"), ev), rank=e["rank"])
               for e in replica for ev in e["events"]]
-    return pipe_results.analyse(ts.pipeline.schedule_record(), events)
+    out = pipe_results.analyse(ts.pipeline.schedule_record(), events)
+    if ts.pipeline.mesh.mesh.shape[1] > 1:  # several replicas: how long each one's pipeline ran
+        out["replica_windows_s"] = _replica_windows(ts.pipeline, every)
+    return out
+
+
+def _replica_windows(pipe: Pipeline, every: list[dict]) -> list[float]:
+    """Each replica's pipeline window (s): its first operation's start to its last one's end in a
+    step, the median over the steady steps. The timeline above is one replica's; beside unequal
+    replicas (batch_split) this says which one the others wait for at the all-reduce."""
+    import statistics
+    mesh = pipe.mesh.mesh
+    replica_of = {int(mesh[i, d, t]): d for i in range(mesh.shape[0]) for d in range(mesh.shape[1])
+                  for t in range(mesh.shape[2])}
+    spans: dict[tuple[int, int], list[float]] = {}
+    for e in every:
+        for step, _stage, _kind, _mb, t0, t1 in e["events"]:
+            lo_hi = spans.setdefault((replica_of[e["rank"]], step), [t0, t1])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], t0), max(lo_hi[1], t1)
+    return [round(statistics.median(hi - lo for (r, _), (lo, hi) in spans.items() if r == d), 6)
+            if any(r == d for r, _ in spans) else None for d in range(mesh.shape[1])]
 
 
 def _replica_ranks(pipe: Pipeline) -> set[int]:
