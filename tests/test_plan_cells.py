@@ -161,8 +161,9 @@ def test_a_seed_check_keeps_what_its_plans_were_made_from(tmp_path):
     for d in ("comm", "comm-cpu0.5/comm", "plans", "lm-small-shortval"):  # a pair's links: its own results folder
         (tmp / d).mkdir(parents=True)
         (tmp / d / "x.json").write_text("{}")
-    (tmp / "inv-pp-r0.yaml").write_text(f"devices:\n  - {{kind: a, count: 2, memory_gb: 1, profile: {prof}}}\n"
-                                        f"links: {{collectives: measured, backend: gloo, kinds: {{a: {tmp}/comm-cpu0.5}}}}\n")
+    (tmp / "inv-pp-r0.yaml").write_text(
+        f"devices:\n  - {{kind: a, count: 2, memory_gb: 1, profile: {prof}}}\n"
+        f"links: {{collectives: measured, backend: gloo, kinds: {{a: {tmp}/comm-cpu0.5}}}}\n")
     dest = keep_inputs(tmp, tmp_path / "kept")
     assert sorted(p.name for p in dest.iterdir()) == ["comm", "comm-cpu0.5", "inv-pp-r0.yaml", "plans", "round0"]
     assert (dest / "round0" / "profiles" / "profile-a" / "summary.json").exists()  # the dataset is not kept

@@ -183,11 +183,13 @@ def test_the_pipelines_interleaved_are_a_row_and_a_sentence_or_say_why_not():
         "[0.946, 0.967], not distinguishable from the seed's 0.95; predicted 0.991 (+3.7%).")
     # data parallel over each kind's own pipeline (the planner's kinds plan, one launch of unequal replicas)
     kinds = {**big, "seed_interleaved_pp_kinds": {
-        "global_batch": 24, "mixed": "per kind: cpu0.5 pp 1 x (2 cpu0.5 stages) @17 | cpu0.25 pp 1 x (2 cpu0.25 stages) @7",
+        "global_batch": 24,
+        "mixed": "per kind: cpu0.5 pp 1 x (2 cpu0.5 stages) @17 | cpu0.25 pp 1 x (2 cpu0.25 stages) @7",
         "jobs": ["pp 1 x (2 cpu0.5 stages) [3, 3] M=12", "pp 1 x (2 cpu0.25 stages) [3, 3] M=12"],
         "measured": 0.97, "ci95": [0.955, 0.985], "predicted": 0.972, "error": 0.002}}
     rows = plan_report.seed_frame(kinds).to_dict("records")
-    assert (rows[-1]["how measured"], rows[-1]["mixed plan"].startswith("per kind: cpu0.5"), rows[-1]["95% interval"]) == (
+    row = rows[-1]
+    assert (row["how measured"], row["mixed plan"].startswith("per kind: cpu0.5"), row["95% interval"]) == (
         "interleaved, both kinds' jobs at once, each kind its own pipeline in one launch", True, "[0.955, 0.985]")
     assert plan_report.seed_verdict(kinds).endswith(
         "Each kind its own pipeline, data parallel between them: seed utilization 0.970 [0.955, 0.985], above "

@@ -20,7 +20,9 @@ mixed job against both kinds' own jobs run at once on their own ranks (parallel.
 bench's batch and at AMORTIZED["dp"] times it (`seed_interleaved_amortized`: how much of the loss
 is each step's fixed costs), and of the pipelines (`seed_interleaved_pp`: the mixed pipelines
 against each kind's own 2-stage pipeline at once, parallel.jobs with parallel.pp; at AMORTIZED["pp"]
-times the batch `seed_interleaved_pp_amortized`). Otherwise each side in separate launches,
+times the batch `seed_interleaved_pp_amortized`), and of the planner's data parallel over each
+kind's own pipeline in the pipelines' memory (`seed_interleaved_pp_kinds`: one launch of unequal
+pipeline replicas, parallel.batch_split with pp). Otherwise each side in separate launches,
 `rounds` times, alternating; step = the harness's median steady step of the slowest rank. Links and
 profiles are measured on the four ranks as the jobs hold them, and each kind's pair's collectives
 on that pair alone (a group of one kind is priced from its own); the profile again before every
@@ -28,7 +30,9 @@ round, each measurement sampled to +-2% (harness profile --precision). The plans
 first round's profiles; each round's runs are compared with the same plans priced with that round's profiles
 (results/planner/evaluate.py), and the error is the median over rounds. Why: two profiles of the
 same ranks twenty minutes apart once priced one plan 17% apart while the runs agreed; the first
-profile's error alone is kept beside it."""
+profile's error alone is kept beside it. The links, profiles, inventories and plans are kept beside
+the figures (results/plans/seed-check-<stamp>-inputs: keep_inputs), so a later model can price the
+same plans again."""
 from __future__ import annotations
 
 import json
