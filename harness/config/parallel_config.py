@@ -30,6 +30,17 @@ def _positive_int(name: str, value) -> None:
         raise UsageError(f"parallel.{name} must be an integer >= 1; got {value!r}")
 
 
+def _counts(name: str, text: str, unit: str, units: str, whose: str) -> None:
+    """A split field ("3,1": batch_split's samples, microbatch_split's microbatches): comma-separated
+    integers, each >= 1, or a UsageError naming the field."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"parallel.{name} must be comma-separated {unit} counts, e.g. \"3,1\"; got {text!r}") from None
+    if min(counts) < 1:
+        raise UsageError(f"parallel.{name} {text!r} gives {whose} no {units}; every one needs >= 1")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Parallel:
     """How a multi-rank run spreads training over its ranks (harness/parallel/strategies.py applies it).
@@ -127,13 +138,7 @@ class Parallel:
         if problem:
             raise UsageError(problem)
         if self.batch_split:
-            try:
-                shares = self.shares()
-            except ValueError:
-                raise UsageError(f"parallel.batch_split must be comma-separated sample counts, e.g. \"3,1\"; "
-                                 f"got {self.batch_split!r}") from None
-            if min(shares) < 1:
-                raise UsageError(f"parallel.batch_split {self.batch_split!r} gives a rank no samples; every rank needs >= 1")
+            _counts("batch_split", self.batch_split, "sample", "samples", "a rank")
             if self.tp > 1 or self.ep > 1 or self.cp > 1:
                 raise UsageError("parallel.batch_split composes with plain data parallel (ddp, zero1, fsdp) and with "
                                  "pipeline replicas (ddp) so far; for unequal pipeline stages use parallel.pp_split")
@@ -141,17 +146,10 @@ class Parallel:
                 raise UsageError("parallel.batch_split with parallel.pp (unequal pipeline replicas) composes with "
                                  f"parallel.data=ddp, gpipe or 1f1b and one job so far; got {self.label()}")
         if self.microbatch_split:
-            try:
-                counts = self.replica_microbatches()
-            except ValueError:
-                raise UsageError(f"parallel.microbatch_split must be comma-separated microbatch counts, e.g. \"4,2\"; "
-                                 f"got {self.microbatch_split!r}") from None
+            _counts("microbatch_split", self.microbatch_split, "microbatch", "microbatches", "a replica")
             if not (self.pp > 1 and self.batch_split):
                 raise UsageError("parallel.microbatch_split needs parallel.pp > 1 and parallel.batch_split (each "
                                  "unequal pipeline replica's microbatches)")
-            if min(counts) < 1:
-                raise UsageError(f"parallel.microbatch_split {self.microbatch_split!r} gives a replica no "
-                                 f"microbatches; every replica needs >= 1")
         if self.jobs > 1 and (self.data != "ddp" or self.tp > 1 or self.cp > 1 or self.ep > 1
                               or self.recompute != "none"):
             raise UsageError(f"parallel.jobs={self.jobs} composes with plain parallel.data=ddp (and batch_split) or "

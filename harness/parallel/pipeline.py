@@ -236,13 +236,15 @@ def _replica_windows(pipe: Pipeline, every: list[dict]) -> list[float]:
     mesh = pipe.mesh.mesh
     replica_of = {int(mesh[i, d, t]): d for i in range(mesh.shape[0]) for d in range(mesh.shape[1])
                   for t in range(mesh.shape[2])}
-    spans: dict[tuple[int, int], list[float]] = {}
+    spans: dict[tuple[int, int], list[float]] = {}  # (replica, step) -> [first start, last end]
     for e in every:
         for step, _stage, _kind, _mb, t0, t1 in e["events"]:
             lo_hi = spans.setdefault((replica_of[e["rank"]], step), [t0, t1])
             lo_hi[0], lo_hi[1] = min(lo_hi[0], t0), max(lo_hi[1], t1)
-    return [round(statistics.median(hi - lo for (r, _), (lo, hi) in spans.items() if r == d), 6)
-            if any(r == d for r, _ in spans) else None for d in range(mesh.shape[1])]
+    windows: dict[int, list[float]] = {}
+    for (r, _), (lo, hi) in spans.items():
+        windows.setdefault(r, []).append(hi - lo)
+    return [round(statistics.median(windows[d]), 6) if d in windows else None for d in range(mesh.shape[1])]
 
 
 def _replica_ranks(pipe: Pipeline) -> set[int]:
