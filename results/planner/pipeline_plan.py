@@ -133,9 +133,7 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
     towards the next stage and after every backward towards the previous one."""
     sc = []
     last = len(stages) - 1
-    sends = [links.among([st["kind"], stages[s + 1]["kind"]]).send_s(
-        costs[st["kind"]].boundary_bytes_per_sample * b, relay(st["kind"], stages[s + 1]["kind"]))
-        for s, st in enumerate(stages[:-1])] + [0.0]
+    sends = _sends([st["kind"] for st in stages], costs, links, b, relay) + [0.0]
     for s, st in enumerate(stages):
         c = costs[st["kind"]]
         # each group priced on its kinds' links (LinkModel.among): a stage's replicas are one kind
@@ -153,12 +151,18 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
     return sc
 
 
+def _sends(kinds: list[str], costs: dict[str, Costs], links: LinkModel, b: int, relay) -> list[float]:
+    """Each boundary's send of a microbatch (stage s to s + 1), on its two kinds' links: the sending
+    kind's boundary bytes, over the host relay where their libraries differ."""
+    return [links.among([a, c]).send_s(costs[a].boundary_bytes_per_sample * b, relay(a, c))
+            for a, c in zip(kinds, kinds[1:])]
+
+
 def _exchanges(kinds: list[str], costs: dict[str, Costs], links: LinkModel, b: int, relay) -> list[float]:
     """Each stage's seconds per microbatch busy with its exchanges, as _stage_costs prices them (the
     boundary's send x the kind's occupancy, towards the next stage and from the previous), before
     the blocks are split: a send's bytes are the sending kind's boundary, not its blocks'."""
-    sends = [links.among([a, c]).send_s(costs[a].boundary_bytes_per_sample * b, relay(a, c))
-             for a, c in zip(kinds, kinds[1:])]
+    sends = _sends(kinds, costs, links, b, relay)
     return [costs[k].exchange_occupancy * ((sends[s] if s < len(sends) else 0.0) + (sends[s - 1] if s else 0.0))
             for s, k in enumerate(kinds)]
 
