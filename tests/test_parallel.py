@@ -250,6 +250,26 @@ def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_ra
     assert not list(rank_cpu.ROOT.glob("harness-*")) if quota else True  # every rank removed its group
 
 
+def test_accumulated_unequal_data_parallel_matches_one_rank_under_mpiexec(env, one_rank):
+    """parallel.microbatch_split without a pipeline (harness/parallel/accumulate.py): rank 0's 12
+    samples in 5 microbatches (3, 3, 2, 2, 2: uneven, so each one's loss must be weighted by its
+    samples), rank 1's 4 in 2, DDP's all-reduce after the last. The update must be the one-rank run's.
+    Two ranks, ~10 s: not marked slow, so CI checks it."""
+    before = set(run_dirs(env))
+    p = mpirun(env, 2, "run", "lm", *STEPS, "--set", f"reference_run={one_rank}",
+               "--set", "parallel.batch_split=12,4", "--set", "parallel.microbatch_split=5,2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]  # the gate: same losses as one rank
+    ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
+    assert [m["loss"] for m in rec["metrics"] if m["kind"] == "step"] == pytest.approx(ref, rel=1e-5)
+    s = rec["summary"]
+    assert s["parallel"]["strategy"] == "ddp-split12.4-m5.2"
+    # one all-reduce of the gradients a step, not one per microbatch (no_sync on all but the last)
+    assert s["parallel"]["measured_per_step"]["all_reduce"]["bytes"] == pytest.approx(
+        s["parallel"]["analytic_per_step"]["all_reduce"], rel=0.01)
+
+
 @pytest.mark.parametrize("sets, fragment", [
     (["parallel.batch_split=12,x"], "parallel.batch_split must be comma-separated sample counts"),
     (["parallel.batch_split=16,0"], "gives a rank no samples"),
@@ -259,6 +279,10 @@ def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_ra
      "parallel.batch_split '8,8' needs 1 entries (one per data-parallel"),
     (["parallel.batch_split=12,3", "ranks=2"], "needs 2 entries (one per data-parallel rank) summing to batch_size 16"),
     (["parallel.batch_split=12,4"], "parallel.batch_split=12,4 needs more than one rank"),
+    (["parallel.batch_split=12,4", "parallel.microbatch_split=4,5", "ranks=2"],
+     "data-parallel rank 1: 5 microbatches are more than its 4 samples"),
+    (["parallel.batch_split=12,4", "parallel.microbatch_split=4", "ranks=2"],
+     "parallel.microbatch_split '4' needs 2 entries (one per data-parallel rank, as batch_split)"),
 ])
 def test_bad_batch_split_is_one_line_exit_2(env, sets, fragment):
     p = harness(env, "run", "lm", *[a for s in sets for a in ("--set", s)], "--no-ingest", timeout=120)

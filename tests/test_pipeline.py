@@ -104,7 +104,9 @@ def test_balanced_split_moves_blocks_off_the_stage_with_the_head():
     ({"pp": 2, "data": "zero1"}, "parallel.data=zero1 with parallel.pp: not built yet"),
     ({"pp": 2, "batch_split": "3,1", "data": "fsdp"}, "parallel.batch_split with parallel.pp (unequal pipeline "
                                                        "replicas) composes with parallel.data=ddp"),
-    ({"microbatch_split": "2,2"}, "parallel.microbatch_split needs parallel.pp > 1 and parallel.batch_split"),
+    ({"microbatch_split": "2,2"}, "parallel.microbatch_split needs parallel.batch_split"),
+    ({"batch_split": "3,1", "microbatch_split": "2,1", "data": "fsdp"},
+     "parallel.microbatch_split without a pipeline (gradient accumulation) composes with plain parallel.data=ddp"),
     ({"pp": 2, "batch_split": "3,1", "microbatch_split": "3,x"}, "must be comma-separated microbatch counts"),
     ({"pp": 2, "batch_split": "3,1", "microbatch_split": "3,0"}, "gives a replica no microbatches"),
 ])

@@ -97,8 +97,12 @@ class Parallel:
     replicas, each on its own contiguous ranks (replica j holds ranks j*pp .. j*pp + pp - 1,
     as one device kind's), the planner's data parallel over each kind's own pipeline."""
     microbatch_split: str = ""
-    """Unequal pipeline replicas (pp with batch_split): each replica's microbatches a step,
-    "a,b,..." (one entry per replica, each dividing its share); empty = `microbatches` each."""
+    """Each replica's microbatches a step, "a,b,..." (one entry per batch_split entry). Unequal
+    pipeline replicas (pp with batch_split): each entry divides its replica's share; empty =
+    `microbatches` each. Data parallel (pp = 1, ddp with batch_split): gradient accumulation, rank r
+    runs its share as that many microbatches (as even as torch.tensor_split cuts them; at most its
+    share), the gradients all-reduced once, after the last (harness/parallel/accumulate.py): a
+    large share at a microbatch size the device runs well and holds in memory."""
 
     jobs: int = 1
     """Independent jobs on the launched ranks: the world split into `jobs` equal, contiguous
@@ -147,9 +151,12 @@ class Parallel:
                                  f"parallel.data=ddp, gpipe or 1f1b and one job so far; got {self.label()}")
         if self.microbatch_split:
             _counts("microbatch_split", self.microbatch_split, "microbatch", "microbatches", "a replica")
-            if not (self.pp > 1 and self.batch_split):
-                raise UsageError("parallel.microbatch_split needs parallel.pp > 1 and parallel.batch_split (each "
-                                 "unequal pipeline replica's microbatches)")
+            if not self.batch_split:
+                raise UsageError("parallel.microbatch_split needs parallel.batch_split (each unequal pipeline replica's "
+                                 "or data-parallel rank's microbatches)")
+            if self.pp == 1 and (self.data != "ddp" or self.tp > 1 or self.cp > 1 or self.ep > 1):
+                raise UsageError("parallel.microbatch_split without a pipeline (gradient accumulation) composes with "
+                                 f"plain parallel.data=ddp and batch_split so far; got {self.label()}")
         if self.jobs > 1 and (self.data != "ddp" or self.tp > 1 or self.cp > 1 or self.ep > 1
                               or self.recompute != "none"):
             raise UsageError(f"parallel.jobs={self.jobs} composes with plain parallel.data=ddp (and batch_split) or "
@@ -278,7 +285,9 @@ class Parallel:
             if len(shares) != dp or sum(shares) != global_batch:
                 return (f"parallel.batch_split {self.batch_split!r} needs {dp} entries (one per data-parallel rank) "
                         f"summing to batch_size {global_batch}; got {len(shares)} summing to {sum(shares)}")
-            return self._replica_problem(shares) if self.pp > 1 else None
+            if self.pp > 1:
+                return self._replica_problem(shares)
+            return self._accumulation_problem(shares) if self.microbatch_split else None
         if global_batch % dp:
             return f"batch_size {global_batch} is not divisible by {dp} data-parallel ranks"
         if self.pp > 1 and (global_batch // dp) % self.microbatches:
@@ -298,6 +307,17 @@ class Parallel:
             if self.pp_schedule == "1f1b" and m < self.pp:
                 return (f"pipeline replica {j}: parallel.pp_schedule=1f1b needs microbatches >= pp={self.pp}; got {m} "
                         f"(parallel.microbatch_split); use gpipe for fewer")
+        return None
+
+    def _accumulation_problem(self, shares: list[int]) -> str | None:
+        """Gradient accumulation (pp = 1): why each rank's microbatches can't cut its share, or None."""
+        counts = self.replica_microbatches(len(shares))
+        if len(counts) != len(shares):
+            return (f"parallel.microbatch_split {self.microbatch_split!r} needs {len(shares)} entries (one per "
+                    f"data-parallel rank, as batch_split); got {len(counts)}")
+        for r, (n, m) in enumerate(zip(shares, counts)):
+            if m > n:
+                return f"data-parallel rank {r}: {m} microbatches are more than its {n} samples (parallel.batch_split)"
         return None
 
     def label(self) -> str:

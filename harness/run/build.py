@@ -15,6 +15,8 @@ apply_fsdp / apply_ddp, each a function):
   recompute       parallel.recompute: each block the workload names under torch.utils.checkpoint,
                   whole (full) or by op policy (selective) (harness/parallel/recompute.py)
   data_parallel   with > 1 rank, parallel.data: DDP, or FSDP2 fully_shard (harness/parallel/strategies.py)
+  accumulation    parallel.microbatch_split without a pipeline: each rank's share as its count of
+                  microbatches, DDP's all-reduce in the last one's backward (harness/parallel/accumulate.py)
   compile         torch.compile(model, mode=cfg.compile_mode) (with a pipeline: each stage's blocks)
   pipeline_schedule  the stages as PipelineStages under the chosen schedule (harness/parallel/pipeline.py)
   optimizer       the workload's optimizer over the built parameters (FSDP's shards);
@@ -45,6 +47,7 @@ from harness.parallel import expert as expert_parallel
 from harness.parallel import strategies as parallel
 from harness.parallel import pipeline
 from harness.parallel import recompute
+from harness.parallel.accumulate import Accumulation, apply_accumulation
 from harness.config.run_config import RunConfig
 from harness.run.graph_capture import GraphedStep
 
@@ -91,6 +94,7 @@ class TrainStep:
         self.lockstep_eval = False     # data_parallel (fsdp): every rank runs every eval batch
         self.pipeline = None           # pipeline_split: this rank's stages and their schedule
         self.context = None            # context_parallel: this rank's part of the sequences
+        self.accumulation: Accumulation | None = None  # accumulation: this rank's microbatches
         self.ddp_ignore: list[str] = []  # expert_parallel: parameters DDP must leave alone
         self.loss_fn = workload.loss
         self.eval_model = model        # evaluation runs this one: no DDP, no compile, no graph
@@ -123,6 +127,8 @@ class TrainStep:
             # backward inside too: recomputation re-runs attention there (parallel.recompute)
             with self.context.active():
                 return self._loss_and_backward(x, y)
+        if self.accumulation is not None:  # this rank's microbatches, one all-reduce after the last
+            return self.accumulation.forward_backward(self, x, y)
         return self._loss_and_backward(x, y)
 
     def _loss_and_backward(self, x, y):
@@ -216,6 +222,7 @@ BUILD_STEPS: tuple[tuple[str, Callable[[TrainStep], None]], ...] = (
     ("expert_parallel", expert_parallel.apply_expert_parallel),
     ("recompute", recompute.apply_recompute),
     ("data_parallel", parallel.apply_data_parallel),
+    ("accumulation", apply_accumulation),
     ("compile", apply_compile),
     ("pipeline_schedule", pipeline.apply_pipeline_schedule),
     ("optimizer", parallel.apply_optimizer),

@@ -40,7 +40,8 @@ def strategy_name(data: str = "ddp", tp: int = 1, sp: bool = False, pp: int = 1,
                   microbatch_split: str = "") -> str:
     """ddp, zero1, zero2, fsdp, tp2, tp2+sp, fsdp+tp2, pp2-1f1b-m4, fsdp+pp2v2-interleaved_1f1b-m8,
     pp2-gpipe-m4-split4.2, ep2, ddp-split3.1, cp2, fsdp+tp2+cp2, ddp+ac-full, jobs2xddp-split6.6.6.6,
-    ddp-split17.7+pp2-1f1b-m17.7 (unequal pipeline replicas: each one's microbatches) ..."""
+    ddp-split17.7+pp2-1f1b-m17.7 (unequal pipeline replicas: each one's microbatches),
+    ddp-split33.15-m3.2 (data parallel accumulating its gradients over each rank's microbatches) ..."""
     tp_part = f"tp{tp}{'+sp' if sp else ''}" if tp > 1 else ""
     pp_part = ""
     if pp > 1:
@@ -53,5 +54,7 @@ def strategy_name(data: str = "ddp", tp: int = 1, sp: bool = False, pp: int = 1,
     data_part = data if (data != "ddp" or not (tp_part or pp_part or ep_part or cp_part or ac_part)) else ""
     if batch_split:  # (unequal pipeline replicas: "ddp-split17.7+pp2-...")
         data_part = (data_part or data) + f"-split{batch_split.replace(',', '.')}"
+        if microbatch_split and pp == 1:
+            data_part += f"-m{microbatch_split.replace(',', '.')}"
     name = "+".join(x for x in (data_part, tp_part, pp_part, ep_part, cp_part, ac_part) if x)
     return f"jobs{jobs}x{name or 'ddp'}" if jobs > 1 else name
