@@ -119,6 +119,13 @@ def test_two_jobs_on_four_ranks_train_apart_and_interleave_against_the_mixed_job
     against = "parallel.jobs=2;parallel.batch_split=4,4,4,4"
     rec = _four_ranks(env, "parallel.batch_split=5,5,3,3", "interleave=true", "budget_s=4", f"against={against}")
     _interleaved_against_jobs(rec, against)
+    # both sides accumulating their gradients (the planner's data parallel at a large batch,
+    # harness/bench/planner_seed.py): each side's microbatches its own, in one process group
+    against = "parallel.jobs=2;parallel.batch_split=4,4,4,4;parallel.microbatch_split=2,2,1,1"
+    rec = _four_ranks(env, "parallel.batch_split=5,5,3,3", "parallel.microbatch_split=3,2,1,1", "interleave=true",
+                      "budget_s=4", f"against={against}")
+    _interleaved_against_jobs(rec, against)
+    assert rec["summary"]["parallel"]["strategy"] == "ddp-split5.5.3.3-m3.2.1.1"
 
 
 @pytest.mark.slow

@@ -90,7 +90,18 @@ def test_each_kinds_own_plans_run_at_once_as_one_jobs_side():
     dp = {"strategy": "dp", "devices": ["b", "b", "a", "a"], "batch_split": [4, 4, 8, 8]}
     own_dp = [{"strategy": "dp", "devices": ["a", "a"], "batch_split": [6, 6]},
               {"strategy": "dp", "devices": ["b", "b"], "batch_split": [5, 7]}]
-    assert _jobs_side(dp, own_dp, rank_kinds(dp)) == ("parallel.jobs=2;parallel.batch_split=5,7,6,6", None)
+    assert _jobs_side(dp, own_dp, rank_kinds(dp)) == (
+        "parallel.jobs=2;parallel.batch_split=5,7,6,6;parallel.microbatch_split=", None)
+    # with gradient accumulation: each job's own counts (1 where a job does not accumulate), and the
+    # mixed side's counts replaced, so the section the jobs side runs is valid
+    dp_acc = {**dp, "microbatch_split": [1, 1, 2, 2]}
+    own_acc = [{**own_dp[0], "microbatch_split": [2, 2]}, own_dp[1]]
+    against, why = _jobs_side(dp_acc, own_acc, rank_kinds(dp_acc))
+    assert why is None and against.endswith("batch_split=5,7,6,6;parallel.microbatch_split=1,1,2,2")
+    par = RunConfig(workload="lm", size="small", batch_size=24, ranks=4).with_overrides(
+        [*overrides(dp_acc), *against.split(";")]).parallel
+    assert (par.jobs, par.batch_split, par.microbatch_split) == (2, "5,7,6,6", "1,1,2,2")
+    assert overrides(dp_acc) == ["parallel.batch_split=4,4,8,8", "parallel.microbatch_split=1,1,2,2"]
 
 
 def test_data_parallel_over_each_kinds_own_pipeline_is_one_launch(tmp_path):

@@ -1,8 +1,8 @@
 """A pipeline stage runs M microbatches a step and autograd adds each one's gradients into those
 already there; the profile's layer cells clear theirs every pass, so the planner prices that add
 apart (harness/planning/profile.py _grad_accumulate, per byte) and counts it in every microbatch's
-backward after the first (results/planner/pipeline_plan.py _stage). Data parallel runs one
-microbatch a step and does not pay it."""
+backward after the first (results/planner/pipeline_plan.py _stage). Plain data parallel runs one
+microbatch a step and does not pay it (with gradient accumulation it does: test_planner_dp_accumulation.py)."""
 from __future__ import annotations
 
 import pytest

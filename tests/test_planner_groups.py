@@ -177,16 +177,23 @@ def test_the_what_if_chooses_groups_per_kind_and_says_it_cannot_write_a_cell(tmp
     Path(p.stdout.split("plan: ")[-1].strip()).unlink()
 
 
-def test_recomputation_is_chosen_where_memory_not_speed_limits_a_share(tmp_path):
+def test_accumulation_then_recomputation_where_memory_not_speed_limits_a_share(tmp_path):
     """fast (3x slow) holds 12 samples' activations (8 blocks x 1 MB each): the balanced split
-    wants ~24. Recomputing keeps 8 x 1000 B + one block's 1 MB per sample, so it takes 22 at 4/3 its
-    block time (a forward again in backward): by hand max(22 x 0.1127, 10 x 0.258) = 2.58 s against
-    the capped split's 20 x 0.258 = 5.16 s."""
+    wants ~24. Accumulating its gradients over microbatches of 8 (its best profiled size: per-sample
+    time is flat here, the larger wins) it takes 24 in 3, by hand max(24 x 0.086, 8 x 0.258) = 2.064 s.
+    Recomputing keeps 8 x 1000 B + one block's 1 MB per sample, so it takes 22 at 4/3 its block time
+    (a forward again in backward): max(22 x 0.1127, 10 x 0.258) = 2.58 s; the capped split's
+    20 x 0.258 = 5.16 s. Where not even one sample's activations fit, only recomputation trains it."""
     state = (1000 + 8 * 1000 + 10) * 16
     costs = {"fast": _linear("fast", 0.01), "slow": _linear("slow", 0.03)}
     inv = Inventory((DeviceKind("fast", 1, state + 12 * 8e6 + 1), DeviceKind("slow", 1, 1e12)), FREE)
     p = planner.plan(inv, costs, LinkModel(FREE, tmp_path), 32, "dp")
-    assert planner.label(p) == "dp x2 (recompute on fast)" and p["recompute"] == ["fast"]
-    assert p["batch_split"] == [22, 10] and p["predicted"]["step_s"] == pytest.approx(2.58, rel=0.01)
-    plain = next(c for c in p["candidates"] if c["plan"] == "dp x2")
-    assert plain["step_s"] == pytest.approx(20 * 0.258, rel=0.01)
+    assert planner.label(p) == "dp x2 (microbatches 3.1)" and p["microbatch_limit"] == {"fast": 8, "slow": 8}
+    assert p["batch_split"] == [24, 8] and p["predicted"]["step_s"] == pytest.approx(2.064, rel=0.01)
+    steps = {c["plan"]: c["step_s"] for c in p["candidates"]}
+    assert steps["dp x2 (recompute on fast)"] == pytest.approx(2.58, rel=0.01)
+    assert steps["dp x2"] == pytest.approx(20 * 0.258, rel=0.01)
+    # half a sample's activations: data parallel plain or accumulating can't hold one; recomputing, 3
+    tight = Inventory((DeviceKind("fast", 1, state + 4e6), DeviceKind("slow", 1, 1e12)), FREE)
+    p = planner.plan(tight, costs, LinkModel(FREE, tmp_path), 32, "dp")
+    assert planner.label(p) == "dp x2 (recompute on fast)" and p["batch_split"] == [3, 29]

@@ -118,8 +118,10 @@ def planner_bench(ratios: tuple[float, ...] = (2.0, 4.0), batch: int = 12, round
             pp_cpus = [kinds[k] for k in plan_mod.rank_kinds(pp)]
             # each plan's split against its uniform one in the same processes, in alternating blocks
             # (harness/run/interleave.py), `rounds` launches
+            acc = dp["uniform"].get("microbatch_split")  # with gradient accumulation, the uniform split's own
             sides = {"dp": (dp_cpus, [*plan_mod.overrides(dp), "against=parallel.batch_split="
-                                      + plan_mod.split_text(dp["uniform"]["batch_split"])]),
+                                      + plan_mod.split_text(dp["uniform"]["batch_split"])
+                                      + (f";parallel.microbatch_split={plan_mod.split_text(acc)}" if acc else "")]),
                      "pp": (pp_cpus, [*plan_mod.overrides(pp), "against=parallel.pp_split="
                                       + plan_mod.split_text(pp["uniform"]["pp_split"])])}
             measured, got = {}, {}

@@ -337,7 +337,11 @@ def _jobs_side(mixed: dict, own: list[dict], order: list[str]) -> tuple[str, str
     if all(p["strategy"] == "dp" for p in plans):
         by_kind = {p["devices"][0]: p for p in own}
         split = plan_mod.split_text([n for k in order[::2] for n in by_kind[k]["batch_split"]])
-        return f"parallel.jobs=2;parallel.batch_split={split}", None
+        # each job's own gradient accumulation, or none (the mixed side's microbatch_split cleared)
+        counts = [m for k in order[::2]
+                  for m in by_kind[k].get("microbatch_split") or [1] * len(by_kind[k]["batch_split"])]
+        acc = plan_mod.split_text(counts) if max(counts) > 1 else ""
+        return f"parallel.jobs=2;parallel.batch_split={split};parallel.microbatch_split={acc}", None
     sets = {tuple(plan_mod.overrides(p)) for p in own}
     # the mixed side: pipelines of mixed stages, or (kinds) each kind its own pipeline replica in one
     # launch (plan.overrides: batch_split and microbatch_split with pp, which the jobs side clears)

@@ -99,7 +99,8 @@ def overrides(p: dict) -> list[str]:
                 f"parallel.microbatch_split={split_text(counts)}"]
     if p["strategy"] == "dp":
         return [f"parallel.batch_split={split_text(p['batch_split'])}"] + (
-            ["parallel.recompute=full"] if p.get("recompute") else [])
+            ["parallel.recompute=full"] if p.get("recompute") else []) + (
+            [f"parallel.microbatch_split={split_text(p['microbatch_split'])}"] if p.get("microbatch_split") else [])
     return [f"parallel.pp={len(p['pp_split'])}", f"parallel.pp_schedule={p['schedule']}",
             f"parallel.microbatches={p['microbatches']}", f"parallel.pp_split={split_text(p['pp_split'])}"]
 
@@ -172,6 +173,9 @@ def _lines(p: dict) -> list[str]:
     elif p["strategy"] == "dp":
         out.append(f"  batch split  {_split_text(p['devices'], p['batch_split'])}   (uniform: "
                    f"{_split_text(p['devices'], p['uniform']['batch_split'])})")
+        if p.get("microbatch_split"):  # gradient accumulation: each rank's microbatches, each kind's size limit
+            out.append(f"  microbatches {_split_text(p['devices'], p['microbatch_split'])}, at most "
+                       + ", ".join(f"{k} {b}" for k, b in p["microbatch_limit"].items()) + " samples each")
     else:
         out.append(f"  {p['replicas']} pipeline replica(s) of {len(p['stage_order'])} stages, {p['schedule']}, "
                    f"M={p['microbatches']} microbatches of {p['microbatch_size']}")

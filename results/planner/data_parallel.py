@@ -1,11 +1,13 @@
 """Data parallel over unequal devices: the batch split (water-filling to the earliest finish, within
 memory) and its predicted step, DDP's bucketed all-reduce overlapped with the backward
-(results/analysis/schedule.Overlap), over the host relay where the kinds' libraries differ."""
+(results/analysis/schedule.Overlap), over the host relay where the kinds' libraries differ; with
+gradient accumulation (each rank's share in microbatches of the size its kind runs fastest per
+sample, within memory: layer_costs.Accumulated) or without."""
 from __future__ import annotations
 
 from results.analysis.schedule import Overlap, data_parallel_step, ddp_buckets
 from results.planner.inventory import Inventory, PlanError
-from results.planner.layer_costs import Costs, Recomputed
+from results.planner.layer_costs import Accumulated, Costs, Recomputed
 from results.planner.links import LinkModel
 from results.planner.utilization import utilization
 
@@ -15,6 +17,18 @@ def _dp_cap(c: Costs, memory: float, batch: int) -> int:
     state = c.total_params * c.state_bytes_per_param
     per_sample = c.replica_bytes_per_sample()
     return min(batch, int((memory - state) // per_sample)) if memory > state else 0
+
+
+def accumulation_microbatch(c: Costs, memory: float) -> int:
+    """Samples in one microbatch of a data-parallel rank of this kind that accumulates its gradients:
+    the profiled size it computes fastest per sample, within its memory; for an estimate (no profile),
+    as many as memory holds; 0 where not even one does. Why the profiled sizes: beyond them a time is
+    a straight line through the two nearest (layer_costs._interp), and a block of LM small ran 8%
+    slower a sample at 32 than at 4-16 (23.98 ms against 22.0-22.2, one thread, Xeon, 2026-12-06):
+    a share priced at 33 in one microbatch from a 1-12 profile was priced fast."""
+    cap = _dp_cap(c, memory, 1 << 30)
+    sizes = [b for b in (c.profiled_sizes() or []) if b <= cap]
+    return min(sizes, key=lambda b: (c.sample_s(b), -b)) if sizes else cap
 
 
 def balanced_shares(devices: list[str], costs: dict[str, Costs], caps: dict[str, int], batch: int) -> list[int]:
@@ -114,16 +128,22 @@ def memory_bound(inv: Inventory, costs: dict[str, Costs], batch: int) -> list[st
 
 
 def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: int,
-            recompute: tuple[str, ...] = ()) -> dict:
+            recompute: tuple[str, ...] = (), accumulate: bool = False) -> dict:
     """Data parallel over every device, the batch split by balanced_shares; `recompute`: kinds
-    that recompute every block's activations (layer_costs.Recomputed) to hold a larger share."""
+    that recompute every block's activations (layer_costs.Recomputed) to hold a larger share;
+    `accumulate`: every rank runs its share in microbatches of its kind's accumulation_microbatch
+    (any share then fits: one microbatch is live at a time)."""
     if recompute:
         costs = {k: Recomputed(c) if k in recompute else c for k, c in costs.items()}
+    limit = {d.kind: accumulation_microbatch(costs[d.kind], d.memory_bytes) for d in inv.devices} if accumulate else {}
+    if accumulate:
+        costs = {k: Accumulated(c, limit[k]) if limit.get(k) else c for k, c in costs.items()}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
     if batch < len(devices):
         raise PlanError(f"global batch {batch} is smaller than the {len(devices)} data-parallel ranks; "
                         f"give --global-batch >= {len(devices)}")
-    caps = {d.kind: _dp_cap(costs[d.kind], d.memory_bytes, batch) for d in inv.devices}
+    caps = {d.kind: _dp_cap(costs[d.kind], d.memory_bytes, batch) if not limit.get(d.kind) else batch
+            for d in inv.devices}
     for d in inv.devices:
         if caps[d.kind] < 1:
             need = costs[d.kind].total_params * costs[d.kind].state_bytes_per_param / 1e9
@@ -137,6 +157,10 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     out = {"strategy": "dp", "devices": devices, "batch_split": shares, "uniform": {"batch_split": even}}
     if recompute:
         out["recompute"] = list(recompute)
+    if accumulate:  # each rank's microbatches (parallel.microbatch_split) and each kind's microbatch limit
+        out["microbatch_limit"] = limit
+        out["microbatch_split"] = [len(costs[k].chunks(b)) for k, b in zip(devices, shares)]
+        out["uniform"]["microbatch_split"] = [len(costs[k].chunks(b)) for k, b in zip(devices, even)]
     relay = any_relay(inv)
     out["host_relay"] = relay
     out["ddp_overlap"] = links.overlaps

@@ -11,7 +11,7 @@ import math
 
 from results.planner.data_parallel import any_relay, dp_predict
 from results.planner.inventory import Inventory, PlanError
-from results.planner.layer_costs import Costs, Recomputed
+from results.planner.layer_costs import Accumulated, Costs, Recomputed
 from results.planner.links import LinkModel
 from results.planner.pipeline_plan import pp_predict, relay_fn, stages_for
 
@@ -29,6 +29,8 @@ def step_s(plan: dict, inv: Inventory, costs: dict[str, Costs], links: LinkModel
     if strategy == "dp":
         split = plan["batch_split"] if side == "planned" else plan["uniform"]["batch_split"]
         cs = {k: Recomputed(c) if k in plan.get("recompute", ()) else c for k, c in costs.items()}
+        cs = {k: Accumulated(c, plan["microbatch_limit"][k]) if plan.get("microbatch_limit", {}).get(k) else c
+              for k, c in cs.items()}  # the plan's microbatch limit, not the fresh profile's best size
         return dp_predict(plan["devices"], split, cs, links, overlap=links.overlaps, relay=any_relay(inv))["step_s"]
     if strategy == "pp":
         where = plan if side == "planned" else plan["uniform"]

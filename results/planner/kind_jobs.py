@@ -61,7 +61,8 @@ def kinds_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
             one = Inventory(devices=(d,), links=inv.links, optimizer_sharded=inv.optimizer_sharded)
             ginv, gcosts, real = grouped(one, {d.kind: costs[d.kind]}, links, {d.kind: sh["group"]})
             try:
-                j = (dp_plan(ginv, gcosts, links, b) if sh["strategy"] == "dp"
+                acc = sh.get("accumulate", False)  # the kind's own best data parallel accumulates its gradients
+                j = (dp_plan(ginv, gcosts, links, b, accumulate=acc) if sh["strategy"] == "dp"
                      else pp_plan(ginv, gcosts, links, b, schedule, sh["depth"]))
                 memo[(d.kind, b)] = as_devices(j, {d.kind: sh["group"]}, real, one, costs, b)
             except PlanError:
@@ -122,7 +123,7 @@ def kinds_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
 
 
 JOB_KEYS = ("strategy", "schedule", "replicas", "microbatches", "microbatch_size", "pp_split", "batch_split",
-            "recompute", "groups")
+            "recompute", "groups", "microbatch_split")
 
 
 def _layout(job: dict) -> dict:

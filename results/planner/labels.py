@@ -14,6 +14,7 @@ def label(p: dict) -> str:
         groups = p.get("groups") or {}
         return f"dp x{len(p.get('planned_as', p['devices']))}" + (
             " of " + ", ".join(f"{k}{Group(**g).suffix()}" for k, g in groups.items()) + " groups" if groups else "") + (
-            f" (recompute on {', '.join(p['recompute'])})" if p.get("recompute") else "")
+            f" (recompute on {', '.join(p['recompute'])})" if p.get("recompute") else "") + (
+            f" (microbatches {'.'.join(map(str, p['microbatch_split']))})" if p.get("microbatch_split") else "")
     c = Counter(p["stage_order"])
     return f"pp {p['replicas']} x ({'+'.join(f'{n} {k}' for k, n in c.items())} stages)"

@@ -155,6 +155,10 @@ class Costs:
         sizes = [b for b, _ in self._times["block"]["fwd"]]
         return min(sizes), max(sizes)
 
+    def profiled_sizes(self) -> list[int] | None:
+        """Every microbatch size the profile timed a block at; None for an estimate."""
+        return None if self._times is None else [b for b, _ in self._times["block"]["fwd"]]
+
     @property
     def recompute_measured(self) -> bool:
         return self._times is not None and "block_recompute" in self._times
@@ -253,6 +257,49 @@ class Recomputed(Costs):
 
     def replica_bytes_per_sample(self) -> float:
         return super().replica_bytes_per_sample() + self.base.saved("block", 1)
+
+
+class Accumulated(Costs):
+    """A kind's costs when a data-parallel rank runs its share in microbatches of at most `microbatch`
+    samples, the gradients accumulated and all-reduced after the last (harness/parallel/accumulate.py:
+    as even as tensor_split cuts them, the larger first). fwd is everything before the last
+    microbatch's backward (every forward, the earlier backwards), bwd that last backward: DDP's
+    buckets fill only in it (results/analysis/schedule.Overlap). Each microbatch after the first adds
+    its gradients into the accumulated ones (grad_accumulate_s, serial with the backward). A
+    microbatch keeps its own activations only. Everything else is the base's."""
+
+    def __init__(self, base: Costs, microbatch: int):
+        self.base, self.microbatch = base, microbatch
+        self.name = f"{base.name} (microbatch {microbatch})"
+
+    def __getattr__(self, name: str):  # what accumulation does not change is the base's
+        return getattr(self.__dict__["base"], name)
+
+    def chunks(self, b: float) -> list[int]:
+        """The microbatches of a share of b samples, in the order they run."""
+        b = int(b)
+        q, r = divmod(b, -(-b // self.microbatch))
+        return [q + 1] * r + [q] * (-(-b // self.microbatch) - r)
+
+    def fwd(self, kind: str, b: float) -> float:
+        ch = self.chunks(b)
+        return sum(self.base.fwd(kind, c) for c in ch) + sum(self.base.bwd(kind, c) for c in ch[:-1])
+
+    def bwd(self, kind: str, b: float) -> float:
+        return self.base.bwd(kind, self.chunks(b)[-1])
+
+    def sample_s(self, b: float) -> float:
+        adds = (len(self.chunks(b)) - 1) * self.base.grad_accumulate_s(self.base.total_params)
+        return super().sample_s(b) + adds / b
+
+    def saved(self, kind: str, b: float) -> float:
+        return self.base.saved(kind, min(b, self.microbatch))
+
+    def group_reduce_s(self, params: float) -> float:
+        return self.base.group_reduce_s(params)
+
+    def profiled_sizes(self) -> list[int] | None:
+        return self.base.profiled_sizes()
 
 
 def from_profile(name: str, record: Path) -> Costs:

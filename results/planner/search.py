@@ -64,10 +64,20 @@ def _shapes(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     each the best split of its shape (dp_plan, pp_plan)."""
     found, refused = [], []
     if "dp" in strategies:
+        plain = None
         try:
-            found.append(dp_plan(inv, costs, links, batch))
+            plain = dp_plan(inv, costs, links, batch)
+            found.append(plain)
         except PlanError as e:
             refused.append(f"dp: {e}")
+        try:  # gradient accumulation as a choice, where it beats the plain split or the plain one can't fit
+            acc = dp_plan(inv, costs, links, batch, accumulate=True)
+            if max(acc["microbatch_split"]) > 1 and (
+                    plain is None or acc["predicted"]["step_s"] < plain["predicted"]["step_s"]):
+                found.append(acc)
+        except PlanError as e:
+            if plain is not None:
+                refused.append(f"dp with accumulation: {e}")
         bound = memory_bound(inv, costs, batch)
         if bound:  # recomputation as a choice: the kinds short of memory trade time for a larger share
             try:
@@ -181,7 +191,8 @@ def alone_jobs(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
             if found:
                 ranked = list(dict.fromkeys(Group(**f["groups"][d.kind]) if "groups" in f else NONE for f in found))
                 best = found[0]
-                shape = {"strategy": best["strategy"], "depth": best.get("depth", 1), "group": ranked[0]}
+                shape = {"strategy": best["strategy"], "depth": best.get("depth", 1), "group": ranked[0],
+                         "accumulate": bool(best.get("microbatch_split"))}
                 seen[same] = (d.kind, {"samples_per_s": best["predicted"]["samples_per_s"], "plan": label(best),
                                        "global_batch": b, "shape": shape, "groups_ranked": ranked})
             else:
@@ -251,8 +262,9 @@ def beyond_profile(p: dict, costs: dict[str, Costs]) -> list[str]:
     beyond the profiled sizes is a straight line through the two nearest (layer_costs._interp),
     and on this CPU a block's time from 1 to 2 samples did not extend to 4 (2026-12-04: 0.080 and
     0.112 s a forward at 0.25 CPU, 0.257 s in the run at 4; the plan priced 27-36% fast)."""
-    if p["strategy"] == "dp":
-        used = [(k, b) for k, b in zip(p.get("planned_as", p["devices"]), p["batch_split"]) if b > 0]
+    if p["strategy"] == "dp":  # with accumulation, each rank's largest microbatch
+        counts = p.get("microbatch_split") or [1] * len(p["batch_split"])
+        used = [(k, -(-b // m)) for k, b, m in zip(p.get("planned_as", p["devices"]), p["batch_split"], counts) if b > 0]
     elif p["strategy"] == "pp":
         used = [(k, p["microbatch_size"]) for k in p["stage_order"]]
     else:

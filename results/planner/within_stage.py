@@ -117,6 +117,9 @@ class GroupCosts(Costs):
         told += f", {' and '.join(kept)} replicated over tp" if g.tp > 1 and kept else ""
         self.source = base.source + (f"; {told}, {comm}" if n > 1 else "")
 
+    def profiled_sizes(self) -> list[int] | None:
+        return self.base.profiled_sizes()
+
     def _comm(self, kind: str, b: float, backward: bool) -> float:
         base, t, c = self.base, self.g.tp, self.g.cp
         act = base.boundary_bytes_per_sample * b / c  # a CP rank's share of the sequence
