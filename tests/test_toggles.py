@@ -188,8 +188,8 @@ def test_build_steps_run_in_the_documented_order():
     import harness.run.build as opt
     names = [n for n, _ in opt.BUILD_STEPS]
     assert names == ["device", "layout", "amp", "pipeline_split", "tensor_parallel", "context_parallel",
-                     "expert_parallel", "recompute", "data_parallel", "accumulation", "compile", "pipeline_schedule", "optimizer",
-                     "graph_capture"]
+                     "expert_parallel", "recompute", "data_parallel", "accumulation", "compile", "pipeline_schedule",
+                     "optimizer", "graph_capture"]
     doc_order = sorted(names, key=lambda n: opt.__doc__.index(f"\n  {n} "))
     assert doc_order == names  # the module docstring lists the same order
     assert all(fn.__name__ == f"apply_{n}" for n, fn in opt.BUILD_STEPS)

@@ -60,7 +60,9 @@ SEED_BUDGET_S = 120
 # the larger batch of each shape's second interleaved check, as a multiple of the bench's: where each
 # step's fixed costs weigh less (seed_interleaved_at: which). Data parallel at 48 measured 0.920-0.948
 # and at 96 0.955 [0.936, 0.974]; the pipelines at 48 0.956 [0.946, 0.967] (2026-12-06, Xeon,
-# throwaway checks on these functions)
+# throwaway checks on these functions). With gradient accumulation (the profile up to 32), data
+# parallel at 96 read 0.957 [0.937, 0.977] and at 192 0.964 [0.949, 0.980], predicted 0.992 and 0.991:
+# the loss left is not a fixed cost a step, so a larger batch would not buy the bench much
 AMORTIZED = {"dp": 4, "pp": 2}
 COMM_ARGS = ("--collectives", "all_reduce,send_recv", "--backends", "gloo", "-e", "64M", "-n", "5", "--no-ingest")
 

@@ -152,8 +152,8 @@ class Parallel:
         if self.microbatch_split:
             _counts("microbatch_split", self.microbatch_split, "microbatch", "microbatches", "a replica")
             if not self.batch_split:
-                raise UsageError("parallel.microbatch_split needs parallel.batch_split (each unequal pipeline replica's "
-                                 "or data-parallel rank's microbatches)")
+                raise UsageError("parallel.microbatch_split needs parallel.batch_split (each unequal pipeline "
+                                 "replica's or data-parallel rank's microbatches)")
             if self.pp == 1 and (self.data != "ddp" or self.tp > 1 or self.cp > 1 or self.ep > 1):
                 raise UsageError("parallel.microbatch_split without a pipeline (gradient accumulation) composes with "
                                  f"plain parallel.data=ddp and batch_split so far; got {self.label()}")

@@ -28,7 +28,8 @@ Two utilizations, both reported:
   a homogeneous job pays too are in the bound, so this one asks only what mixing costs.
 
 Strategy `auto` chooses the shape too (candidates): data parallel over every device (with
-recomputation on the kinds whose memory caps their share, too), or pipelines of every depth (the
+gradient accumulation where it beats one microbatch a step, and recomputation on the kinds whose
+memory caps their share, too), or pipelines of every depth (the
 smallest proportional group times each divisor of gcd(counts)), each with its best split; each
 over tensor/context groups inside a node (within_stage.py) where the inventory gives nodes; and
 data parallel over each kind's own best job, pipelines of unlike depth (kind_jobs.py). The
@@ -264,7 +265,8 @@ def beyond_profile(p: dict, costs: dict[str, Costs]) -> list[str]:
     0.112 s a forward at 0.25 CPU, 0.257 s in the run at 4; the plan priced 27-36% fast)."""
     if p["strategy"] == "dp":  # with accumulation, each rank's largest microbatch
         counts = p.get("microbatch_split") or [1] * len(p["batch_split"])
-        used = [(k, -(-b // m)) for k, b, m in zip(p.get("planned_as", p["devices"]), p["batch_split"], counts) if b > 0]
+        used = [(k, -(-b // m)) for k, b, m in zip(p.get("planned_as", p["devices"]), p["batch_split"], counts)
+                if b > 0]
     elif p["strategy"] == "pp":
         used = [(k, p["microbatch_size"]) for k in p["stage_order"]]
     else:
