@@ -227,6 +227,20 @@ def test_profiler_breakdown_names_communication():
     assert classify("aten::addmm") == "compute_bound" and classify("aten::broadcast_tensors") != "communication"
 
 
+def _two_ranks_as_one(env: dict, one_rank: Path, sets: list[str], extra_env: dict | None = None) -> dict:
+    """LM tiny on 2 ranks under mpiexec with these overrides: its step losses must be the one-rank
+    run's (the gate passed, and to 1e-5 here); the record's summary."""
+    before = set(run_dirs(env))
+    p = mpirun({**env, **(extra_env or {})}, 2, "run", "lm", *STEPS, "--set", f"reference_run={one_rank}",
+               *[a for x in sets for a in ("--set", x)])
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = schema.read_record(_only_new(env, before), with_metrics=True)
+    assert rec["status"]["status"] == "finished", rec["status"]  # the gate: same losses as one rank
+    ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
+    assert [m["loss"] for m in rec["metrics"] if m["kind"] == "step"] == pytest.approx(ref, rel=1e-5)
+    return rec["summary"]
+
+
 @pytest.mark.slow
 def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_rank):
     """parallel.batch_split: 12 and 4 samples of each global batch of 16, losses weighted by
@@ -234,15 +248,7 @@ def test_uneven_data_parallel_matches_one_rank_on_ranks_made_unequal(env, one_ra
     0.5 CPU for real (when this machine's cgroups allow it) and the record says so."""
     from harness.parallel import cpu_quota as rank_cpu
     quota = rank_cpu.unavailable() is None
-    before = set(run_dirs(env))
-    p = mpirun({**env, **({rank_cpu.ENV: "1,0.5"} if quota else {})}, 2, "run", "lm", *STEPS,
-               "--set", f"reference_run={one_rank}", "--set", "parallel.batch_split=12,4")
-    assert p.returncode == 0, p.stderr[-3000:]
-    rec = schema.read_record(_only_new(env, before), with_metrics=True)
-    assert rec["status"]["status"] == "finished", rec["status"]  # the gate: same losses as one rank
-    ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
-    assert [m["loss"] for m in rec["metrics"] if m["kind"] == "step"] == pytest.approx(ref, rel=1e-5)
-    s = rec["summary"]
+    s = _two_ranks_as_one(env, one_rank, ["parallel.batch_split=12,4"], {rank_cpu.ENV: "1,0.5"} if quota else {})
     assert s["batch_shares"] == [12, 4] and s["local_batch"] == 12
     assert s["parallel"]["measured_per_step"]["all_reduce"]["bytes"] == pytest.approx(s["parallel"]["analytic_per_step"]["all_reduce"], rel=0.01)
     if quota:
@@ -255,15 +261,7 @@ def test_accumulated_unequal_data_parallel_matches_one_rank_under_mpiexec(env, o
     samples in 5 microbatches (3, 3, 2, 2, 2: uneven, so each one's loss must be weighted by its
     samples), rank 1's 4 in 2, DDP's all-reduce after the last. The update must be the one-rank run's.
     Two ranks, ~10 s: not marked slow, so CI checks it."""
-    before = set(run_dirs(env))
-    p = mpirun(env, 2, "run", "lm", *STEPS, "--set", f"reference_run={one_rank}",
-               "--set", "parallel.batch_split=12,4", "--set", "parallel.microbatch_split=5,2")
-    assert p.returncode == 0, p.stderr[-3000:]
-    rec = schema.read_record(_only_new(env, before), with_metrics=True)
-    assert rec["status"]["status"] == "finished", rec["status"]  # the gate: same losses as one rank
-    ref = [m["loss"] for m in schema.read_metrics(one_rank) if m["kind"] == "step"]
-    assert [m["loss"] for m in rec["metrics"] if m["kind"] == "step"] == pytest.approx(ref, rel=1e-5)
-    s = rec["summary"]
+    s = _two_ranks_as_one(env, one_rank, ["parallel.batch_split=12,4", "parallel.microbatch_split=5,2"])
     assert s["parallel"]["strategy"] == "ddp-split12.4-m5.2"
     # one all-reduce of the gradients a step, not one per microbatch (no_sync on all but the last)
     assert s["parallel"]["measured_per_step"]["all_reduce"]["bytes"] == pytest.approx(

@@ -285,9 +285,7 @@ class Parallel:
             if len(shares) != dp or sum(shares) != global_batch:
                 return (f"parallel.batch_split {self.batch_split!r} needs {dp} entries (one per data-parallel rank) "
                         f"summing to batch_size {global_batch}; got {len(shares)} summing to {sum(shares)}")
-            if self.pp > 1:
-                return self._replica_problem(shares)
-            return self._accumulation_problem(shares) if self.microbatch_split else None
+            return self._split_problem(shares) if self.pp > 1 or self.microbatch_split else None
         if global_batch % dp:
             return f"batch_size {global_batch} is not divisible by {dp} data-parallel ranks"
         if self.pp > 1 and (global_batch // dp) % self.microbatches:
@@ -295,29 +293,23 @@ class Parallel:
                     f"{global_batch // dp} (batch_size {global_batch} / {dp} data-parallel ranks)")
         return None
 
-    def _replica_problem(self, shares: list[int]) -> str | None:
-        """Unequal pipeline replicas: why their microbatches can't split their shares, or None."""
+    def _split_problem(self, shares: list[int]) -> str | None:
+        """Each replica's microbatches against its share (batch_split), or None. Unequal pipeline
+        replicas (pp > 1): each count divides its share, >= pp under 1f1b. Gradient accumulation
+        (pp = 1, one replica a rank): each count at most its share (tensor_split cuts it unevenly)."""
         counts = self.replica_microbatches(len(shares))
+        whose = "pipeline replica" if self.pp > 1 else "data-parallel rank"
         if len(counts) != len(shares):
             return (f"parallel.microbatch_split {self.microbatch_split!r} needs {len(shares)} entries (one per "
-                    f"pipeline replica, as batch_split); got {len(counts)}")
+                    f"{whose}, as batch_split); got {len(counts)}")
         for j, (n, m) in enumerate(zip(shares, counts)):
-            if n % m:
-                return f"pipeline replica {j}: {m} microbatches do not divide its {n} samples (parallel.batch_split)"
-            if self.pp_schedule == "1f1b" and m < self.pp:
-                return (f"pipeline replica {j}: parallel.pp_schedule=1f1b needs microbatches >= pp={self.pp}; got {m} "
+            if self.pp == 1 and m > n:
+                return f"{whose} {j}: {m} microbatches are more than its {n} samples (parallel.batch_split)"
+            if self.pp > 1 and n % m:
+                return f"{whose} {j}: {m} microbatches do not divide its {n} samples (parallel.batch_split)"
+            if self.pp > 1 and self.pp_schedule == "1f1b" and m < self.pp:
+                return (f"{whose} {j}: parallel.pp_schedule=1f1b needs microbatches >= pp={self.pp}; got {m} "
                         f"(parallel.microbatch_split); use gpipe for fewer")
-        return None
-
-    def _accumulation_problem(self, shares: list[int]) -> str | None:
-        """Gradient accumulation (pp = 1): why each rank's microbatches can't cut its share, or None."""
-        counts = self.replica_microbatches(len(shares))
-        if len(counts) != len(shares):
-            return (f"parallel.microbatch_split {self.microbatch_split!r} needs {len(shares)} entries (one per "
-                    f"data-parallel rank, as batch_split); got {len(counts)}")
-        for r, (n, m) in enumerate(zip(shares, counts)):
-            if m > n:
-                return f"data-parallel rank {r}: {m} microbatches are more than its {n} samples (parallel.batch_split)"
         return None
 
     def label(self) -> str:
