@@ -74,3 +74,11 @@ def test_flat_per_sample_times_keep_one_microbatch(tmp_path):
     p = planner.plan(_inv(("a", 2, 1e12)), {"a": flat}, LinkModel(FREE, tmp_path), 64, "dp")
     assert planner.label(p) == "dp x2" and "microbatch_split" not in p
     assert [c["plan"] for c in p["candidates"]] == ["dp x2"]
+
+
+def test_a_label_names_each_ranks_microbatches_or_their_range():
+    from results.planner.labels import label
+    few = {"strategy": "dp", "devices": ["a"] * 4, "microbatch_split": [4, 4, 2, 2]}
+    assert label(few) == "dp x4 (microbatches 4.4.2.2)"
+    many = {"strategy": "dp", "devices": ["a"] * 10_000, "microbatch_split": [1, 4] * 5_000}
+    assert label(many) == "dp x10000 (microbatches 1-4 on 10000 ranks)"
