@@ -135,8 +135,9 @@ def dp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     (any share then fits: one microbatch is live at a time)."""
     if recompute:
         costs = {k: Recomputed(c) if k in recompute else c for k, c in costs.items()}
-    limit = {d.kind: accumulation_microbatch(costs[d.kind], d.memory_bytes) for d in inv.devices} if accumulate else {}
+    limit: dict[str, int] = {}
     if accumulate:
+        limit = {d.kind: accumulation_microbatch(costs[d.kind], d.memory_bytes) for d in inv.devices}
         costs = {k: Accumulated(c, limit[k]) if limit.get(k) else c for k, c in costs.items()}
     devices = [d.kind for d in inv.devices for _ in range(d.count)]
     if batch < len(devices):

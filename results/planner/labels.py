@@ -5,6 +5,8 @@ from collections import Counter
 
 from results.planner.within_stage import Group
 
+SHOWN_RANKS = 8  # a data-parallel plan's label lists each rank's microbatches up to this many ranks
+
 
 def label(p: dict) -> str:
     """A plan in a few words: 'dp x16', 'pp 100 x (5+4+7 stages)', 'per kind: H100 ... @2000 | ...'."""
@@ -29,5 +31,3 @@ def _microbatches(p: dict) -> str:
         return f" (microbatches {'.'.join(map(str, counts))})"
     return f" (microbatches {min(counts)}-{max(counts)} on {len(counts)} ranks)"
 
-
-SHOWN_RANKS = 8

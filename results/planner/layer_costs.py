@@ -277,9 +277,9 @@ class Accumulated(Costs):
 
     def chunks(self, b: float) -> list[int]:
         """The microbatches of a share of b samples, in the order they run."""
-        b = int(b)
-        q, r = divmod(b, -(-b // self.microbatch))
-        return [q + 1] * r + [q] * (-(-b // self.microbatch) - r)
+        b, m = int(b), -(-int(b) // self.microbatch)
+        q, r = divmod(b, m)
+        return [q + 1] * r + [q] * (m - r)
 
     def fwd(self, kind: str, b: float) -> float:
         ch = self.chunks(b)
