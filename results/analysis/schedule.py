@@ -94,8 +94,14 @@ class StageCost:
 
 def order(schedule: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
     """The (kind F|B, microbatch) sequence stage `stage` runs."""
+    return list(_order(schedule, stage, stages, m))
+
+
+@lru_cache(maxsize=4096)
+def _order(schedule: str, stage: int, stages: int, m: int) -> tuple[tuple[str, int], ...]:
+    """order's sequence, kept: a search simulates the same (stage, stages, m) for many candidates."""
     if schedule == "gpipe":
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+        return tuple([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
     if schedule != "1f1b":
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
     warm = min(stages - stage - 1, m)
@@ -107,7 +113,7 @@ def order(schedule: str, stage: int, stages: int, m: int) -> list[tuple[str, int
             f += 1
         ops.append(("B", b))
         b += 1
-    return ops
+    return tuple(ops)
 
 
 def handoff_lag(sender: StageCost, kind: str, send_s: float | None = None) -> float:
@@ -125,7 +131,10 @@ def simulate(schedule: str, costs: list[StageCost], m: int, draw: Callable[[floa
     draw(seconds, cv): one operation's duration drawn around its figure (simulate_expected);
     None: every operation takes its figure."""
     p = len(costs)
-    ops = [order(schedule, s, p, m) for s in range(p)]
+    # an operation's key is an int, not ("F", s, i): run_events hashes each key twice, and a tuple's
+    # hash is computed anew each time (the 70B plan of 10,000 devices simulates ~450 candidates)
+    fkey = [2 * s * m for s in range(p)]        # forward i on stage s: fkey[s] + i
+    bkey = [(2 * s + 1) * m for s in range(p)]  # backward i: bkey[s] + i
     workers = {}
     for s in range(p):
         seq = []
@@ -133,13 +142,16 @@ def simulate(schedule: str, costs: list[StageCost], m: int, draw: Callable[[floa
         # the handoff's lag: the send's, unless the sender's exchange (in its operation's time) holds it
         lag_in = handoff_lag(costs[s - 1], "F") if s > 0 else 0.0
         lag_back = handoff_lag(costs[s + 1], "B", c.send_s) if s < p - 1 else 0.0
-        for kind, i in ops[s]:
+        f_after = fkey[s - 1] if s > 0 else None
+        # the next stage's backward (the gradient sent back); the last stage's waits for its own forward
+        b_after = bkey[s + 1] if s < p - 1 else fkey[s]
+        for kind, i in _order(schedule, s, p, m):
             if kind == "F":  # forward i waits for the previous stage's, plus its send
-                seq.append(((kind, s, i), (c.fwd_s if draw is None else draw(c.fwd_s, c.cv_fwd)) + c.fwd_exchange_s,
-                            ("F", s - 1, i) if s > 0 else None, lag_in))
-            else:  # backward i waits for the next stage's (the gradient sent back), the last stage's for its forward
-                seq.append(((kind, s, i), (c.bwd_s if draw is None else draw(c.bwd_s, c.cv_bwd)) + c.bwd_exchange_s,
-                            ("B", s + 1, i) if s < p - 1 else ("F", s, i), lag_back))
+                seq.append((fkey[s] + i, (c.fwd_s if draw is None else draw(c.fwd_s, c.cv_fwd)) + c.fwd_exchange_s,
+                            None if f_after is None else f_after + i, lag_in))
+            else:
+                seq.append((bkey[s] + i, (c.bwd_s if draw is None else draw(c.bwd_s, c.cv_bwd)) + c.bwd_exchange_s,
+                            b_after + i, lag_back))
         workers[s] = seq
     _, finish = run_events(workers)
     free = [finish[s] for s in range(p)]
@@ -168,7 +180,7 @@ def expected_max_normal(r: int) -> float:
 
 
 def simulate_expected(schedule: str, costs: list[StageCost], m: int, draws: int = 256, seed: int = 0,
-                      replicas: int = 1) -> dict:
+                      replicas: int = 1, typical: dict | None = None) -> dict:
     """simulate's figures as their mean over `draws` steps in which every forward and backward
     takes a duration drawn around its figure: lognormal with the figure as its median (a profile's
     figure is the median of its passes) and the stage's measured spread (cv). Where no stage has
@@ -186,9 +198,12 @@ def simulate_expected(schedule: str, costs: list[StageCost], m: int, draws: int 
     the other figures stay one replica's). Why: a mixed plan's replicas wait for each other where
     each kind's own one-replica job does not; on LM small's mixed pipelines (2 x [2, 4] M=12,
     2026-12-06 Xeon profile) one replica's step had an sd of 1.2% and the slower of two was 0.7%
-    above it (2,000 steps drawn, in pairs), so leaving it out predicted the seed's utilization 0.7% high."""
-    if not any(c.cv_fwd or c.cv_bwd for c in costs):
-        return simulate(schedule, costs, m)
+    above it (2,000 steps drawn, in pairs), so leaving it out predicted the seed's utilization 0.7% high.
+
+    `typical`: simulate(schedule, costs, m), where the caller has it (a search simulates its best
+    candidate; where no stage has a spread it is this figure, not simulated again)."""
+    if not any(c.cv_fwd or c.cv_bwd for c in costs):  # typical: simulate's figures, where the caller has them
+        return simulate(schedule, costs, m) if typical is None else typical
     rng = random.Random(seed)
     sigma: dict[float, float] = {}
 
@@ -291,7 +306,8 @@ def ddp_buckets(param_bytes_reverse: Sequence[float], cap_bytes: float = 25 * 2*
     return out
 
 
-def min_max_split(n: int, k: int, cost: Callable[[int, int], float]) -> list[int] | None:
+def min_max_split(n: int, k: int, cost: Callable[[int, int], float] | None = None, *,
+                  rows: Callable[[int, int], Sequence[float]] | None = None) -> list[int] | None:
     """The one split search: n items (blocks) into k consecutive non-empty parts (stages) that
     minimises the slowest part, cost(part, items) seconds (math.inf where that part cannot take
     that many, e.g. out of memory); among those, the most even (least sum of squared costs).
@@ -300,20 +316,28 @@ def min_max_split(n: int, k: int, cost: Callable[[int, int], float]) -> list[int
     far, items next) with numpy: k (n - k + 1) cost calls, O(k n^2) array work (a 14-stage,
     80-block split in ~2 ms; the pure-Python loops took ~17). Ties go to the fewest items so far
     before a part, as the loops did. None when no split is feasible. Used by the pipeline's
-    balanced split (results/analysis/bubble.py) and the planner (results/planner)."""
+    balanced split (results/analysis/bubble.py) and the planner (results/planner).
+    rows(part, upto): that part's costs at 1..upto items at once, in place of cost (the planner
+    keeps a stage's row across the splits it tries)."""
     import numpy as np
     if not 1 <= k <= n:
         return None
     table = np.full((k, n + 1), math.inf)
+    upto = n - k + 1  # every part >= 1 item leaves at most n - k + 1 to one
     for s in range(k):
-        for items in range(1, n - k + 2):  # every part >= 1 item leaves at most n - k + 1 to one
+        if rows is not None:
+            table[s, 1:upto + 1] = rows(s, upto)
+            continue
+        for items in range(1, upto + 1):
             table[s, items] = cost(s, items)
-    done = np.arange(n + 1)[:, None]
-    after = np.arange(n + 1)[None, :]
-    items = after - done  # items the part takes to get from `done` to `after`
+    # part s starts after s to s + upto - 1 items and ends after s + 1 to s + upto: only that band
+    # of (items so far, items after) can lie on a split, and within it a part's items are
+    # 1 + (after's offset) - (so far's offset) whatever s is (a 14-stage split of 80 blocks: 67 x 67
+    # cells a part, not 81 x 81; an 80-stage one: 1 x 1)
+    offset = np.arange(upto)
+    items = 1 + offset[None, :] - offset[:, None]
     legal = items >= 1
     take = np.clip(items, 0, n)
-    cols = np.arange(n + 1)
 
     def solve(value, combine, allowed):
         best = np.full((k + 1, n + 1), math.inf)
@@ -321,11 +345,12 @@ def min_max_split(n: int, k: int, cost: Callable[[int, int], float]) -> list[int
         best[0, 0] = 0.0
         for s in range(k):
             x = table[s][take]
-            ok = legal & np.isfinite(x) & allowed(x) & np.isfinite(best[s])[:, None]
+            before = best[s, s:s + upto]
+            ok = legal & np.isfinite(x) & allowed(x) & np.isfinite(before)[:, None]
             with np.errstate(invalid="ignore", over="ignore"):
-                v = np.where(ok, combine(best[s][:, None], value(x)), math.inf)
+                v = np.where(ok, combine(before[:, None], value(x)), math.inf)
             j = v.argmin(axis=0)  # the first (fewest items so far) of the least
-            best[s + 1], back[s + 1] = v[j, cols], cols - j
+            best[s + 1, s + 1:s + 1 + upto], back[s + 1, s + 1:s + 1 + upto] = v[j, offset], 1 + offset - j
         return best, back
 
     best, _ = solve(lambda x: x, np.maximum, lambda x: np.ones_like(x, dtype=bool))

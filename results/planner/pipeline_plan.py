@@ -8,6 +8,8 @@ import math
 from functools import reduce
 from itertools import permutations
 
+import numpy as np
+
 from results.analysis.schedule import StageCost, min_max_split, simulate, simulate_expected
 from results.planner.inventory import Inventory, PlanError, relay_between
 from results.planner.layer_costs import Costs
@@ -35,7 +37,18 @@ def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, m: int, infli
            terms: tuple | None = None) -> dict | None:
     """One stage's time per microbatch (of m a step) and memory, recomputing its blocks if it must;
     None if it cannot fit even then. `terms`: _stage_terms(c, first, last, b), when the caller keeps them."""
-    fb, fe, fh, bb, be, bh, pb, pe, ph, ends, saved, kept, per_param, again = terms or _stage_terms(c, first, last, b)
+    fwd, bwd, params, mem, recompute = _stage_figures(c, blocks, m, inflight, memory,
+                                                      terms or _stage_terms(c, first, last, b))
+    if mem == math.inf:
+        return None
+    return {"blocks": blocks, "fwd_s": fwd, "bwd_s": bwd, "params": params, "mem_bytes": mem, "recompute": recompute}
+
+
+def _stage_figures(c: Costs, blocks, m: int, inflight: int, memory: float, terms: tuple) -> tuple:
+    """_stage's figures (fwd_s, bwd_s, params, mem_bytes, recompute) at `blocks`, an int or an array
+    of them (the split's row of a stage at every block count at once); mem_bytes is inf where the
+    stage cannot fit even recomputing."""
+    fb, fe, fh, bb, be, bh, pb, pe, ph, ends, saved, kept, per_param, again = terms
     fwd = blocks * fb + fe + fh
     params = blocks * pb + pe + ph
     # every microbatch's backward after the first adds its gradients into the step's so far (the
@@ -45,14 +58,18 @@ def _stage(c: Costs, blocks: int, first: bool, last: bool, b: int, m: int, infli
     bwd = blocks * bb + be + bh + c.grad_accumulate_s(params) * (m - 1) / m
     state = params * per_param
     mem = state + inflight * (blocks * saved + ends)
-    recompute = False
-    if mem > memory:  # full recomputation: keep each block's input only, run its forward again in backward
-        mem = state + inflight * (blocks * kept + ends) + saved
-        bwd += blocks * again  # c.recompute_s: measured by the profile where it has it (layer_costs.py)
-        recompute = True
-    if mem > memory:
-        return None
-    return {"blocks": blocks, "fwd_s": fwd, "bwd_s": bwd, "params": params, "mem_bytes": mem, "recompute": recompute}
+    # full recomputation where it must: keep each block's input only, run its forward again in the
+    # backward (c.recompute_s: measured by the profile where it has it; layer_costs.py)
+    where = np.where if isinstance(blocks, np.ndarray) else _where  # one formula for a cell and a row
+    recompute = mem > memory
+    mem = where(recompute, state + inflight * (blocks * kept + ends) + saved, mem)
+    bwd = where(recompute, bwd + blocks * again, bwd)
+    return fwd, bwd, params, where(mem > memory, math.inf, mem), recompute
+
+
+def _where(cond: bool, yes, no):
+    """np.where for one cell: the value keeps its type (a stage's bytes stay an int where they are)."""
+    return yes if cond else no
 
 
 def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, float], b: int, m: int,
@@ -70,18 +87,22 @@ def split_blocks(kinds: list[str], costs: dict[str, Costs], memory: dict[str, fl
     ends = [(kinds[s], s == 0, s == p - 1, b, _inflight(schedule, s, p, m), m) for s in range(p)]
     extra = exchanges or [0.0] * p
 
-    def seconds(s: int, blocks: int) -> float:
-        key = (ends[s], blocks)
+    def row(s: int, upto: int):
+        """Stage s's seconds at 1..upto blocks, plus its exchanges: computed as one array and kept
+        per what it depends on (memo), not cell by cell (~1.6 million Python calls on the 70B
+        shape's 10,000 devices)."""
+        key = ("row", ends[s])
         got = memo.get(key)
-        if got is None:
+        if got is None or len(got) < upto:
             kind, first, last, _, inflight, _ = ends[s]
             tk = (kind, first, last, b)
             if tk not in memo:
                 memo[tk] = _stage_terms(costs[kind], first, last, b)
-            st = _stage(costs[kind], blocks, first, last, b, m, inflight, memory[kind], memo[tk])
-            got = memo[key] = math.inf if st is None else st["fwd_s"] + st["bwd_s"]
-        return got + extra[s]
-    split = min_max_split(n, p, seconds)  # the one split search (results/analysis/schedule.py)
+            fwd, bwd, _, mem, _ = _stage_figures(costs[kind], np.arange(1, upto + 1), m, inflight, memory[kind],
+                                                 memo[tk])
+            got = memo[key] = np.where(np.isfinite(mem), fwd + bwd, math.inf)
+        return got[:upto] + extra[s]
+    split = min_max_split(n, p, rows=row)  # the one split search (results/analysis/schedule.py)
     return None if split is None else stages_for(kinds, costs, memory, split, b, m, schedule)
 
 
@@ -257,7 +278,7 @@ def pp_plan(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch: in
     typical, stages, m, kinds, sc = best
     # the search ranks by the step of typical durations; the plan's figure is its expectation over
     # the stages' measured spreads (schedule.simulate_expected: the same where nothing was measured)
-    sim = simulate_expected(schedule, sc, m, replicas=g)
+    sim = simulate_expected(schedule, sc, m, replicas=g, typical=typical)
     b = per_replica // m
     out = {"strategy": "pp", "schedule": schedule, "devices": devices, "replicas": g, "depth": depth,
            "host_relay": [relay(a, b) for a, b in zip(kinds, kinds[1:])], "stage_order": kinds,

@@ -273,10 +273,13 @@ def beyond_profile(p: dict, costs: dict[str, Costs]) -> list[str]:
         return []
     out = []
     real = p.get("real_kind", {})  # a group's stage ("H100 tp4") is priced from its device kind's profile
-    for k in dict.fromkeys(k for k, _ in used):
+    sizes: dict[str, set[int]] = {}  # each kind's microbatches, gathered once (10,000 one-device kinds)
+    for k, b in used:
+        sizes.setdefault(k, set()).add(b)
+    for k, kind_sizes in sizes.items():
         c = costs.get(real.get(k, k))
         timed = c.profiled_microbatches() if c is not None else None
-        beyond = sorted({b for kk, b in used if kk == k and timed and not timed[0] <= b <= timed[1]})
+        beyond = sorted(b for b in kind_sizes if timed and not timed[0] <= b <= timed[1])
         if beyond:
             out.append(f"{k}: microbatch {', '.join(map(str, beyond))} priced beyond the profiled "
                        f"{timed[0]}-{timed[1]} (extrapolated)")
