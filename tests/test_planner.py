@@ -325,6 +325,8 @@ def test_the_one_split_search_equals_brute_force(n, k, seed):
         key = (max(cs), sum(c * c for c in cs))
         best = key if best is None or key < best else best
     got = min_max_split(n, k, cost)
+    # the planner's way in, a part's costs a row at a time, gives the same split
+    assert min_max_split(n, k, rows=lambda s, upto: [cost(s, b) for b in range(1, upto + 1)]) == got
     if best is None:
         assert got is None
     else:

@@ -48,6 +48,20 @@ def test_a_share_runs_as_microbatches_and_prices_as_they_run():
     assert overlapped_reduce_end(one) == pytest.approx(c.fwd("block", 24) + 2 * base.bwd("block", 8))
 
 
+@pytest.mark.parametrize("microbatch", [1, 3, 7, 8])
+def test_a_share_is_priced_as_the_sum_over_its_microbatches(microbatch):
+    """Accumulated counts its microbatches by size (a device alone prices the whole global batch): the
+    same as summing them one by one, uneven shares included (r of q + 1, then m - r of q)."""
+    c = layer_costs.Accumulated(_curved("a"), microbatch)
+    for b in (1, 5, 13, 24, 97):
+        ch = c.chunks(b)
+        assert sum(ch) == b and max(ch) - min(ch) <= 1 and max(ch) <= microbatch
+        for kind in ("embedding", "block", "head"):
+            by_one = sum(c.base.fwd(kind, x) for x in ch) + sum(c.base.bwd(kind, x) for x in ch[:-1])
+            assert c.fwd(kind, b) == pytest.approx(by_one, rel=1e-12)
+            assert c.bwd(kind, b) == c.base.bwd(kind, ch[-1])
+
+
 def test_the_planner_accumulates_where_a_large_microbatch_runs_slower(tmp_path):
     """Two devices, 64 samples: plain, 32 each in one microbatch at 1.1x the per-sample time; accumulating,
     4 microbatches of 8 at 1x plus 3 adds. By hand 32 x 0.086 + 3 x ADD_S against 32 x 0.086 x 1.1."""
