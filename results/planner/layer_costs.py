@@ -289,14 +289,13 @@ class Accumulated(Costs):
         # every microbatch's forward and every backward but the last one's, counted by size, not
         # summed one by one: a device's rate alone (utilization.py) prices the whole global batch,
         # 20,000 samples in up to 20,000 microbatches for each of planner_scale's 10,000 kinds
-        q, r, m = self._sizes(b)
+        q, r, m = self._sizes(b)  # r < m: the last microbatch is one of q
         parts = [(r, self.base.fwd(kind, q + 1)), (m - r, self.base.fwd(kind, q)),
-                 (r - (m == r), self.base.bwd(kind, q + 1)), (m - r - (m > r), self.base.bwd(kind, q))]
+                 (r, self.base.bwd(kind, q + 1)), (m - r - 1, self.base.bwd(kind, q))]
         return sum(n * t for n, t in parts if n)
 
     def bwd(self, kind: str, b: float) -> float:
-        q, r, m = self._sizes(b)
-        return self.base.bwd(kind, q if m > r else q + 1)
+        return self.base.bwd(kind, self._sizes(b)[0])
 
     def sample_s(self, b: float) -> float:
         adds = (self._sizes(b)[2] - 1) * self.base.grad_accumulate_s(self.base.total_params)
