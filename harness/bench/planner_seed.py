@@ -276,8 +276,27 @@ def _print_seed(shape: str, at: str, si: dict) -> None:
           f"{', '.join(f'{k} {v:.2f} s' for k, v in si['kind_steps_s'].items())}", flush=True)
 
 
+def calibration_from(si: dict) -> dict[str, float]:
+    """Each kind's calibration from an interleaved seed check (inventory `calibration`): its own
+    job's step as run in the check over the step its plan priced. Both sides ran in the same
+    process group, at once, so the kinds' factors share the machine's drift."""
+    return {k: round(si["kind_steps_s"][k] / si["kind_steps_predicted_s"][k], 4) for k in si["kind_steps_s"]}
+
+
+def _calibrated(inv: Path, calibration: dict[str, float]) -> Path:
+    """A copy of an inventory (inv-<shape>...-r0.yaml) with each kind's calibration: inv-<shape>-cal...-r0.yaml."""
+    import yaml
+    d = yaml.safe_load(inv.read_text())
+    for dev in d["devices"]:
+        dev["calibration"] = calibration[dev["kind"]]
+    out = inv.with_name(inv.name.replace("inv-dp", "inv-dp-cal").replace("inv-pp", "inv-pp-cal"))
+    out.write_text(yaml.safe_dump(d))
+    return out
+
+
 def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], batch: int,
-                        processes: int, shape: str = "dp", strategy: str | None = None) -> dict:
+                        processes: int, shape: str = "dp", strategy: str | None = None,
+                        calibration: dict[str, float] | None = None) -> dict:
     """The seed's utilization of one shape's plans (dp or pp), interleaved, at another global batch,
     planned on the first round's inventories (tmp/inv-<shape>-*-r0.yaml); the mixed plan of
     `strategy` (default: the shape; "kinds": data parallel over each kind's own job). Why: each step's fixed
@@ -288,10 +307,14 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
     mixed 2-stage replicas and their all-reduce; at 48 one 4-stage pipeline, whose microbatches of 2
     fit where each kind's own 2-stage pipeline holds only 1 (2026-12-06 profiles, before a CPU rank's
     exchanges were priced: predicted 0.967 and 0.998). A step is batch / 24 times as long, so the
-    budget is that times the bench's."""
-    jobs = {"mixed": (plan(env, tmp / f"inv-{shape}-r0.yaml", batch, strategy or shape), batch),
-            **{k: (plan(env, tmp / f"inv-{shape}-{k}-r0.yaml", batch // 2, "auto"), batch // 2) for k in kinds}}
-    return {"global_batch": batch,
+    budget is that times the bench's. `calibration`: each kind's (calibration_from an earlier
+    check), written into copies of the inventories the plans are made from."""
+    invs = {"mixed": tmp / f"inv-{shape}-r0.yaml", **{k: tmp / f"inv-{shape}-{k}-r0.yaml" for k in kinds}}
+    if calibration:
+        invs = {n: _calibrated(p, calibration) for n, p in invs.items()}
+    jobs = {"mixed": (plan(env, invs["mixed"], batch, strategy or shape), batch),
+            **{k: (plan(env, invs[k], batch // 2, "auto"), batch // 2) for k in kinds}}
+    return {"global_batch": batch, **({"calibration": calibration} if calibration else {}),
             **_seed_interleaved(env, tmp, data_dir, kinds, jobs, batch, processes,
                                 budget_s=SEED_BUDGET_S * batch // 24)}
 

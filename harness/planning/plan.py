@@ -52,7 +52,7 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
                 raise UsageError(f"device {d.kind}: its profile is of {c.model}, not {workload}/{size}")
         else:
             c = layer_costs.from_shape(d.kind, _shape(workload, size), d.peak_flop_s, replicas)
-        out[d.kind] = c
+        out[d.kind] = c.scaled(d.calibration)
     return out
 
 

@@ -16,6 +16,9 @@
                                  #   groups are searched within a node (results/planner/within_stage.py)
         node_busbw_gb_per_s: 370 # the node's collective bus bandwidth (optional, an estimate, e.g.
                                  #   NVLink4's ring all-reduce); without it, the links below
+        calibration: 1.02        # optional: this kind's own job measured over its price, from a run;
+                                 #   its compute, optimizer and gradient copies are priced that much
+                                 #   slower (1.02) or faster (Costs.scaled)
     links:                       # how long collectives and sends take between the devices
       collectives: measured      # the newest collectives records under results/comm (busbw and
       backend: gloo              #   latency by size: harness comm), or an estimate:
@@ -35,6 +38,7 @@ estimate without both numbers is a PlanError: one line, exit 2 at the CLI.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,7 +47,7 @@ from results.record import schema
 
 MAX_BYTES = 1 << 20  # an inventory is a few lines; refuse anything that could be an alias bomb
 DEVICE_FIELDS = ("kind", "count", "memory_gb", "profile", "peak_tflops", "efficiency", "library", "node_size",
-                 "node_busbw_gb_per_s")
+                 "node_busbw_gb_per_s", "calibration")
 LINK_FIELDS = ("collectives", "backend", "busbw_gb_per_s", "latency_us", "pcie_gb_per_s", "overlap", "kinds")
 TOP_FIELDS = ("devices", "links", "optimizer_sharded")
 
@@ -63,6 +67,7 @@ class DeviceKind:
     library: str | None = None       # collective library; None: shares one with every kind
     node_size: int = 1               # devices per node: tensor/context groups stay inside one
     node_busbw_gb_per_s: float | None = None  # the node's bus bandwidth (estimate); None: the inventory's links
+    calibration: float = 1.0         # this kind's run over its price (layer_costs.Costs.scaled); 1: as profiled
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,16 @@ def _positive(where: str, name: str, value, integer: bool = False) -> float:
     if not ok:
         raise PlanError(f"{where}: {name} must be a {'whole number' if integer else 'number'} > 0; got {value!r}")
     return value
+
+
+def _calibration(where: str, dev: dict) -> float:
+    """A kind's calibration: a finite factor > 0 (its own job's measured step over its priced one)."""
+    if "calibration" not in dev:
+        return 1.0
+    got = _positive(where, "calibration", dev["calibration"])
+    if not math.isfinite(got):
+        raise PlanError(f"{where}: calibration must be a finite number > 0 (measured over priced); got {got!r}")
+    return float(got)
 
 
 def _unknown(where: str, d: dict, allowed: tuple[str, ...]) -> None:
@@ -161,14 +176,15 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
             if not (path / schema.SUMMARY).exists():
                 raise PlanError(f"{where}: profile {dev['profile']} is not a profile record (harness profile writes them)")
             devices.append(DeviceKind(dev["kind"], count, mem, profile=path, library=_library(where, dev),
-                                      **_node(where, dev)))
+                                      calibration=_calibration(where, dev), **_node(where, dev)))
         else:
             peak = _positive(where, "peak_tflops", dev.get("peak_tflops"))
             eff = _positive(where, "efficiency", dev.get("efficiency"))
             if eff > 1:
                 raise PlanError(f"{where}: efficiency is a fraction of peak (0 < e <= 1); got {eff}")
             devices.append(DeviceKind(dev["kind"], count, mem, peak_flop_s=peak * 1e12 * eff, efficiency=eff,
-                                      library=_library(where, dev), **_node(where, dev)))
+                                      library=_library(where, dev), calibration=_calibration(where, dev),
+                                      **_node(where, dev)))
     if len({dv.kind for dv in devices}) != len(devices):
         raise PlanError(f"{source}: device kinds must be distinct")
     links = d.get("links") or {"collectives": "measured"}

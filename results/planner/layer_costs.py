@@ -196,6 +196,30 @@ class Costs:
         out._shares, out._in_step = {}, {}
         return out
 
+    def scaled(self, factor: float) -> "Costs":
+        """These costs with everything the rank computes `factor` times as long: each layer's
+        forward, backward and recomputation, the optimizer, DDP's gradient copies and autograd's
+        adds, a real group's time in the step (its collectives run on the rank's CPU there). A
+        calibration (inventory `calibration`): a profile's cells are timed one layer at a time, and
+        a kind's own job, run, can step a few percent off its price. In a mixed data-parallel job
+        the slowest kind sets the step, so an error in the kinds' relative speed is idle time on the
+        others one for one (LM small at batch 192, 2026-12-06 Xeon: the 0.25-CPU kind's own job ran
+        2.2% over its price and the 0.5-CPU kind's 1.1% under; the mixed job, split on the profile,
+        2.2% over). Links and the measured tensor/context shares (ratios) are left as they are."""
+        if factor == 1.0:
+            return self
+        out = copy.copy(self)
+        if self._times is not None:
+            out._times = {k: {d: [(b, t * factor) for b, t in pts] for d, pts in v.items()} for k, v in self._times.items()}
+        else:
+            out._flop_s = self._flop_s / factor
+        out._in_step = {k: [(b, t * factor) for b, t in pts] for k, pts in self._in_step.items()}
+        out.optimizer_s_per_param = self.optimizer_s_per_param * factor
+        out.grad_copy_s_per_byte = self.grad_copy_s_per_byte * factor
+        out.grad_accumulate_s_per_byte = self.grad_accumulate_s_per_byte * factor
+        out.source = f"{self.source}, calibrated x{factor:.4g}"
+        return out
+
     def group_reduce_s(self, params: float) -> float:
         """Seconds a step spends reducing `params` parameters' gradients inside a device's group
         (results/planner/within_stage.py: context-parallel ranks hold the same weights); none alone."""
