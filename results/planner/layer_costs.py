@@ -295,6 +295,7 @@ class Accumulated(Costs):
     def __init__(self, base: Costs, microbatch: int):
         self.base, self.microbatch = base, microbatch
         self.name = f"{base.name} (microbatch {microbatch})"
+        self._per_sample: dict[float, float] = {}  # sample_s by share, kept: the split's bisection asks again
 
     def __getattr__(self, name: str):  # what accumulation does not change is the base's
         return getattr(self.__dict__["base"], name)
@@ -322,8 +323,11 @@ class Accumulated(Costs):
         return self.base.bwd(kind, self._sizes(b)[0])
 
     def sample_s(self, b: float) -> float:
-        adds = (self._sizes(b)[2] - 1) * self.base.grad_accumulate_s(self.base.total_params)
-        return super().sample_s(b) + adds / b
+        got = self._per_sample.get(b)
+        if got is None:
+            adds = (self._sizes(b)[2] - 1) * self.base.grad_accumulate_s(self.base.total_params)
+            got = self._per_sample[b] = super().sample_s(b) + adds / b
+        return got
 
     def saved(self, kind: str, b: float) -> float:
         return self.base.saved(kind, min(b, self.microbatch))

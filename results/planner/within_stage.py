@@ -90,6 +90,7 @@ class GroupCosts(Costs):
 
     def __init__(self, base: Costs, g: Group, node: NodeLinks):
         self.base, self.g, self.node = base, g, node
+        self._memo: dict = {}  # (kind, microbatch, backward) -> seconds (_pass)
         t, n = g.tp, g.size
         self.name, self.n_blocks, self.model = f"{base.name}{g.suffix()}", base.n_blocks, base.model
         self.tp_splits = split = base.tp_splits  # the kinds tensor parallel splits; the rest replicated
@@ -154,10 +155,21 @@ class GroupCosts(Costs):
         return out
 
     def fwd(self, kind: str, b: float) -> float:
-        return self.base.fwd(kind, b) * self.share(kind, b, False) + self._comm(kind, b, False)
+        return self._pass(kind, b, False)
 
     def bwd(self, kind: str, b: float) -> float:
-        return self.base.bwd(kind, b) * self.share(kind, b, True) + self._comm(kind, b, True)
+        return self._pass(kind, b, True)
+
+    def _pass(self, kind: str, b: float, backward: bool) -> float:
+        """A member's forward or backward of layer `kind` at microbatch b: its share of the compute
+        and the group's collectives, kept (the data-parallel search prices the same cells ~10^6
+        times planning 10,000 devices; the base and the group do not change after __init__)."""
+        key = (kind, b, backward)
+        got = self._memo.get(key)
+        if got is None:
+            base = self.base.bwd(kind, b) if backward else self.base.fwd(kind, b)
+            got = self._memo[key] = base * self.share(kind, b, backward) + self._comm(kind, b, backward)
+        return got
 
     @property
     def recompute_measured(self) -> bool:
