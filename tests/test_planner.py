@@ -139,6 +139,8 @@ def test_pipeline_split_gives_the_faster_device_more_blocks_and_respects_memory(
     ("devices: [{kind: a, count: -3, memory_gb: 8, peak_tflops: 10, efficiency: 0.5}]", "count must be a whole number > 0"),
     ("devices: [{kind: a, count: 2, memory_gb: -8, peak_tflops: 10, efficiency: 0.5}]", "memory_gb must be a number > 0"),
     ("devices: [{kind: a, count: 2, memory_gb: 8, peak_tflops: 10}]", "efficiency must be a number > 0"),
+    ("devices: [{kind: a, count: 2, memory_gb: 8, peak_tflops: 10, efficiency: 0.5, calibration: 0}]",
+     "calibration must be a number > 0"),
     ("devices: [{kind: a, count: 2, memory_gb: 0.001, peak_tflops: 10, efficiency: 0.5}]\n"
      "links: {busbw_gb_per_s: 10, latency_us: 5}", "too small for any stage"),
     ("devices: [{kind: a, count: 64, memory_gb: 80, peak_tflops: 10, efficiency: 0.5}]\n"

@@ -194,8 +194,9 @@ def seed_frame(check: dict) -> pd.DataFrame:
     """One row per shape measured in separate launches (the mixed job, then each kind's own job,
     alternating; the median over rounds), and one for the data-parallel plans interleaved in one
     process group (the mixed job against both kinds' own jobs at once: drift-free), at the bench's
-    batch and at a larger one, the same two for the pipelines, and data parallel over each kind's
-    own pipeline (the planner's "kinds" plan in the pipelines' memory)."""
+    batch and at a larger one (and there again, each kind calibrated from that check), the same two
+    for the pipelines, and data parallel over each kind's own pipeline (the planner's "kinds" plan
+    in the pipelines' memory)."""
     rows = []
     for shape, c in check["checks"].items():
         rows.append({"shape": SHAPES.get(shape, shape), "how measured": "separate launches",
@@ -204,6 +205,8 @@ def seed_frame(check: dict) -> pd.DataFrame:
                      "seed utilization measured": c["utilization_seed_measured"],
                      "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
     for key, shape, at in (("seed_interleaved", "dp", ""), ("seed_interleaved_amortized", "dp", ", at batch {}"),
+                           ("seed_interleaved_calibrated", "dp", ", at batch {}, each kind calibrated from the check "
+                                                                 "before"),
                            ("seed_interleaved_pp", "pp", ""), ("seed_interleaved_pp_amortized", "pp", ", at batch {}"),
                            ("seed_interleaved_pp_kinds", "pp", ", each kind its own pipeline in one launch")):
         si = check.get(key) or {}
@@ -226,6 +229,10 @@ def seed_verdict(check: dict) -> str:
     big = check.get("seed_interleaved_amortized") or {}
     if "measured" in big:  # the same plans' kind at a larger batch, where each step's fixed costs weigh less
         text += f" At batch {big['global_batch']}: {_seed_figure(big)}."
+    cal = check.get("seed_interleaved_calibrated") or {}
+    if "measured" in cal:  # re-planned with each kind's own job as run in the check before (its calibration)
+        text += (f" Re-planned with each kind calibrated from that check "
+                 f"({', '.join(f'{k} x{v:.3f}' for k, v in cal['calibration'].items())}): {_seed_figure(cal)}.")
     pp = check.get("seed_interleaved_pp") or {}
     if "measured" in pp:
         text += f" Pipelines, drift-free: {_seed_figure(pp)}."
