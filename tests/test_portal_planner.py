@@ -156,6 +156,29 @@ def test_the_seed_check_at_a_larger_batch_is_a_row_and_a_sentence_of_its_own():
         plan_report.seed_verdict(below)
 
 
+def test_the_calibrated_check_is_a_row_and_a_sentence_after_the_larger_batch():
+    """planner_seed's `seed_interleaved_calibrated`: the larger batch's data-parallel check again,
+    re-planned with each kind calibrated from it. Its row says so and its sentence gives each kind's
+    factor. Figures of the 2026-12-06 19:18-19:49 throwaway checks (Xeon, batch 96)."""
+    mixed = "dp x4 (microbatches 4.4.1.1) [32, 32, 16, 16]"
+    jobs = ["dp x2 (microbatches 3.3) [24, 24]", "dp x2 (microbatches 2.2) [24, 24]"]
+    check = {**SEED_CHECK,
+             "seed_interleaved_amortized": {"global_batch": 96, "mixed": mixed, "jobs": jobs, "measured": 0.9884,
+                                            "ci95": [0.9631, 1.0144], "predicted": 0.9854, "error": -0.003},
+             "seed_interleaved_calibrated": {"global_batch": 96, "mixed": mixed, "jobs": jobs, "measured": 0.9787,
+                                             "ci95": [0.9442, 1.0145], "predicted": 0.9876, "error": 0.0091,
+                                             "calibration": {"cpu0.5": 1.1038, "cpu0.25": 1.0842}}}
+    rows = plan_report.seed_frame(check).to_dict("records")
+    assert [r["how measured"] for r in rows][3:] == [
+        "interleaved, both kinds' jobs at once, at batch 96",
+        "interleaved, both kinds' jobs at once, at batch 96, each kind calibrated from the check before"]
+    assert rows[4]["95% interval"] == "[0.944, 1.014]"
+    assert plan_report.seed_verdict(check).endswith(
+        "At batch 96: seed utilization 0.988 [0.963, 1.014], above the seed's 0.95; predicted 0.985 (-0.3%). "
+        "Re-planned with each kind calibrated from that check (cpu0.5 x1.104, cpu0.25 x1.084): seed utilization "
+        "0.979 [0.944, 1.014], not distinguishable from the seed's 0.95; predicted 0.988 (+0.9%).")
+
+
 def test_the_pipelines_interleaved_are_a_row_and_a_sentence_or_say_why_not():
     """planner_seed's `seed_interleaved_pp`: the mixed pipelines against both kinds' own pipelines
     run at once. Its row is the pipelines'; its sentence follows data parallel's, or says why
