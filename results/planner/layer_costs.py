@@ -210,7 +210,8 @@ class Costs:
             return self
         out = copy.copy(self)
         if self._times is not None:
-            out._times = {k: {d: [(b, t * factor) for b, t in pts] for d, pts in v.items()} for k, v in self._times.items()}
+            out._times = {k: {d: [(b, t * factor) for b, t in pts] for d, pts in v.items()}
+                          for k, v in self._times.items()}
         else:
             out._flop_s = self._flop_s / factor
         out._in_step = {k: [(b, t * factor) for b, t in pts] for k, pts in self._in_step.items()}
