@@ -160,10 +160,10 @@ def test_the_seed_check_runs_a_kinds_plan_against_each_kinds_own_pipeline():
 
 
 def test_a_seed_check_keeps_what_its_plans_were_made_from(tmp_path):
-    """planner_seed.keep_inputs: links, each round's profiles, inventories and plans copied out of
+    """seed_inputs.keep_inputs: links, each round's profiles, inventories and plans copied out of
     the bench's temporary folder, the inventories' profile paths pointing at the copies, so that
     `harness plan` prices the same plans again later (HARNESS_RESULTS=the copy)."""
-    from harness.bench.planner_seed import keep_inputs
+    from harness.bench.seed_inputs import keep_inputs
     from results.planner import inventory
     tmp = tmp_path / "bench"
     prof = tmp / "round0" / "profiles" / "profile-a"

@@ -65,18 +65,18 @@ def test_bad_calibration_is_one_line(value, fragment):
 
 
 def test_the_seed_check_calibrates_each_kind_from_its_own_job_as_run(tmp_path):
-    """planner_seed.calibration_from: each kind's job step in an interleaved check over its price;
-    _calibrated writes it into a copy of the inventory, which the planner reads back."""
-    from harness.bench import planner_seed
+    """seed_inputs.calibration_from: each kind's job step in an interleaved check over its price;
+    calibrated_inventory writes it into a copy of the inventory, which the planner reads back."""
+    from harness.bench import seed_inputs
     # the 2026-12-06 19:18-19:34 check's figures (Xeon, batch 96)
     si = {"kind_steps_s": {"cpu0.5": 7.2525, "cpu0.25": 14.523},
           "kind_steps_predicted_s": {"cpu0.5": 6.5706, "cpu0.25": 13.3956}}
-    cal = planner_seed.calibration_from(si)
+    cal = seed_inputs.calibration_from(si)
     assert cal == {"cpu0.5": 1.1038, "cpu0.25": 1.0842}
     src = tmp_path / "inv-dp-r0.yaml"
     src.write_text("devices:\n  - {kind: cpu0.5, count: 2, memory_gb: 4, peak_tflops: 1, efficiency: 0.5}\n"
                    "  - {kind: cpu0.25, count: 2, memory_gb: 4, peak_tflops: 1, efficiency: 0.25}\n"
                    "links: {busbw_gb_per_s: 1, latency_us: 10}\n")
-    out = planner_seed._calibrated(src, cal)
+    out = seed_inputs.calibrated_inventory(src, cal)
     assert out.name == "inv-dp-cal-r0.yaml" and src.read_text().count("calibration") == 0
     assert {d.kind: d.calibration for d in inventory.load(out).devices} == cal

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from harness.bench.launch import run_harness
 from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm, stage_compute_over_priced
+from harness.bench.seed_inputs import calibrated_inventory, calibration_from, keep_inputs, profiled
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
 from results.planner import report as plan_report
@@ -138,7 +139,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
             # a fresh profile each round, just before the round's runs: the machine's drift between
             # a profile and a run twenty minutes later is not the model's error (results/planner/evaluate.py)
             profiles = _profile(held, tmp, kinds, r)
-            out.setdefault("profiled", []).append(_profiled(profiles))
+            out.setdefault("profiled", []).append(profiled(profiles))
             if r == 0:
                 split_gb = min(_split_memory_gb(p) for p in profiles.values())
                 memory = {"dp": 4.0, "pp": split_gb}
@@ -223,37 +224,6 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
     return out
 
 
-def keep_inputs(tmp: Path, dest: Path) -> Path:
-    """What the check's plans were made from, kept beside its figures: links (`harness comm`
-    records, the four ranks' and each pair's), each round's profiles, the inventories and the
-    plans. Why: a model changed later can price the same plans on the same profiles again
-    (HARNESS_RESULTS=dest harness plan --devices dest/inv-pp-r0.yaml ...); the bench's temporary
-    folder is gone when it returns. The inventories name their profiles by path: rewritten to dest."""
-    import shutil
-    dest.mkdir(parents=True, exist_ok=True)
-    for src in [tmp / "comm", tmp / "plans", *tmp.glob("comm-*"), *tmp.glob("round*")]:
-        if src.is_dir():
-            shutil.copytree(src, dest / src.name, dirs_exist_ok=True)
-    for inv in tmp.glob("inv-*.yaml"):
-        (dest / inv.name).write_text(inv.read_text().replace(str(tmp), str(dest)))
-    return dest
-
-
-def _profiled(profiles: dict[str, Path]) -> dict:
-    """What a round's profile says of each kind: whole-model seconds per sample at microbatch 1
-    (the pipelines') and 8 (data parallel's fast share), how many of its figures reached the
-    precision target, and the quota it was held to (so a round that profiled fast can be explained)."""
-    from results.planner.layer_costs import from_profile
-    out = {}
-    for k, d in profiles.items():
-        c, s = from_profile(k, d), json.loads((d / "summary.json").read_text())
-        rows = [r for rs in s["layers"].values() for r in rs]
-        out[k] = {"sample_s_mb1": round(c.sample_s(1), 4), "sample_s_mb8": round(c.sample_s(8), 4),
-                  "precise": f"{sum(r.get('ended_by') == 'precision' for r in rows)} of {len(rows)}",
-                  "constraint": s.get("constraint"), "record": d.name}
-    return out
-
-
 def _choice(env: dict, tmp: Path, data_dir: Path, cpu: float, chosen: dict, dp: dict, pp: dict, batch: int,
             processes: int) -> dict:
     """One kind's pair: its data-parallel plan (the configuration) against its pipeline plan (the
@@ -283,24 +253,6 @@ def _print_seed(shape: str, at: str, si: dict) -> None:
           f"{', '.join(f'{k} {v:.2f} s' for k, v in si['kind_steps_s'].items())}", flush=True)
 
 
-def calibration_from(si: dict) -> dict[str, float]:
-    """Each kind's calibration from an interleaved seed check (inventory `calibration`): its own
-    job's step as run in the check over the step its plan priced. Both sides ran in the same
-    process group, at once, so the kinds' factors share the machine's drift."""
-    return {k: round(si["kind_steps_s"][k] / si["kind_steps_predicted_s"][k], 4) for k in si["kind_steps_s"]}
-
-
-def _calibrated(inv: Path, calibration: dict[str, float]) -> Path:
-    """A copy of an inventory (inv-<shape>...-r0.yaml) with each kind's calibration: inv-<shape>-cal...-r0.yaml."""
-    import yaml
-    d = yaml.safe_load(inv.read_text())
-    for dev in d["devices"]:
-        dev["calibration"] = calibration[dev["kind"]]
-    out = inv.with_name(inv.name.replace("inv-dp", "inv-dp-cal").replace("inv-pp", "inv-pp-cal"))
-    out.write_text(yaml.safe_dump(d))
-    return out
-
-
 def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], batch: int,
                         processes: int, shape: str = "dp", strategy: str | None = None,
                         calibration: dict[str, float] | None = None) -> dict:
@@ -318,7 +270,7 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
     check), written into copies of the inventories the plans are made from."""
     invs = {"mixed": tmp / f"inv-{shape}-r0.yaml", **{k: tmp / f"inv-{shape}-{k}-r0.yaml" for k in kinds}}
     if calibration:
-        invs = {n: _calibrated(p, calibration) for n, p in invs.items()}
+        invs = {n: calibrated_inventory(p, calibration) for n, p in invs.items()}
     jobs = {"mixed": (plan(env, invs["mixed"], batch, strategy or shape), batch),
             **{k: (plan(env, invs[k], batch // 2, "auto"), batch // 2) for k in kinds}}
     return {"global_batch": batch, **({"calibration": calibration} if calibration else {}),
