@@ -18,7 +18,8 @@ process group, alternating blocks, and the measured ratio is set beside the pred
 (`choice`); so is the seed's utilization of the data-parallel plans (`seed_interleaved`): the
 mixed job against both kinds' own jobs run at once on their own ranks (parallel.jobs), at the
 bench's batch and at AMORTIZED["dp"] times it (`seed_interleaved_amortized`: how much of the loss
-is each step's fixed costs), and of the pipelines (`seed_interleaved_pp`: the mixed pipelines
+is each step's fixed costs; then again re-planned with each kind calibrated from its own job in
+that check, `seed_interleaved_calibrated`: seed_inputs.calibration_from), and of the pipelines (`seed_interleaved_pp`: the mixed pipelines
 against each kind's own 2-stage pipeline at once, parallel.jobs with parallel.pp; at AMORTIZED["pp"]
 times the batch `seed_interleaved_pp_amortized`), and of the planner's data parallel over each
 kind's own pipeline in the pipelines' memory (`seed_interleaved_pp_kinds`: one launch of unequal
