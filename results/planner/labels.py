@@ -30,4 +30,3 @@ def _microbatches(p: dict) -> str:
     if len(counts) <= SHOWN_RANKS:
         return f" (microbatches {'.'.join(map(str, counts))})"
     return f" (microbatches {min(counts)}-{max(counts)} on {len(counts)} ranks)"
-
