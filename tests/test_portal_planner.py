@@ -36,7 +36,11 @@ SEED_CHECK = {"workload": "lm/small", "global_batch": 24, "cpus": {"cpu0.5": 0.5
                                          "cpu0.25": {"plan": "pp 1 x (2 cpu0.25 stages) [3, 3] M=12"}},
                          "utilization_seed_measured": 0.9483, "utilization_seed_predicted": 0.995049065555611}},
               "seed_interleaved": {"mixed": "dp x4 [8, 8, 4, 4]", "jobs": ["dp x2 [6, 6]", "dp x2 [6, 6]"],
-                                   "measured": 0.9061, "ci95": [0.7761, 1.0578], "predicted": 0.9419, "error": 0.0395}}
+                                   "measured": 0.9061, "ci95": [0.7761, 1.0578], "predicted": 0.9419, "error": 0.0395,
+                                   # each job's step and price: the same plans' in the 2026-12-06 15:36 run
+                                   "mixed_step_s": [2.7697, 2.7166],
+                                   "kind_steps_s": {"cpu0.5": 1.8607, "cpu0.25": 3.8305},
+                                   "kind_steps_predicted_s": {"cpu0.5": 1.751, "cpu0.25": 3.6735}}}
 
 
 @pytest.fixture(scope="module")
@@ -78,26 +82,38 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert list(seed["95% interval"])[2] == "[0.776, 1.058]"
     assert at.text[1].value == ("Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable "
                                 "from the seed's 0.95; predicted 0.942 (+4.0%).")
+    # each job's step inside the interleaved check against its price: the mixed plan's from the
+    # predicted utilization, 24 / (0.9419 * (12 / 1.751 + 12 / 3.6735)) = 2.5179 s
+    steps = at.dataframe[2].value
+    assert at.markdown[0].value == "**Each plan's step inside the interleaved checks, against its price**"
+    assert list(steps["job"]) == ["mixed", "cpu0.5", "cpu0.25"]
+    assert list(steps["check"]) == ["data parallel, at batch 24"] * 3
+    assert list(steps["predicted step s"]) == [2.518, 1.751, 3.674]
+    assert list(steps["measured step s"]) == [2.743, 1.861, 3.830]
+    assert list(steps["error %"]) == [-8.2, -5.9, -4.1]
+    assert at.text[2].value == (
+        "Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5%; the furthest the "
+        "mixed job in data parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured).")
     plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
-    assert "SIMULATION from estimates" in at.markdown[0].value and "llama2-70b" in at.markdown[0].value
-    per_kind = at.dataframe[3].value.set_index("device")  # the chosen strategy per kind: its group, its part
+    assert "SIMULATION from estimates" in at.markdown[1].value and "llama2-70b" in at.markdown[1].value
+    per_kind = at.dataframe[4].value.set_index("device")  # the chosen strategy per kind: its group, its part
     assert any(m.value == "**The chosen strategy per kind**" for m in at.markdown)
     assert dict(per_kind["devices"]) == {"H100": 500, "Ascend-910B": 400, "MI250X": 700}
     for kind, g in plan["groups"].items():
         assert (per_kind.loc[kind, "tensor parallel"], per_kind.loc[kind, "context parallel"]) == (g["tp"], g["cp"])
         assert f"stages in each of {plan['replicas']} pipelines" in per_kind.loc[kind, "its part"]
-    stages = at.dataframe[5].value
+    stages = at.dataframe[6].value
     assert list(stages["blocks"]) == plan["pp_split"] and list(stages["device"]) == plan["stage_order"]
-    summary = at.dataframe[4].value.set_index("split")
+    summary = at.dataframe[5].value.set_index("split")
     assert summary.loc["planned", "predicted step ms"] == round(1000 * plan["predicted"]["step_s"], 1)
     assert summary.loc["uniform", "predicted step ms"] == round(1000 * plan["uniform"]["predicted"]["step_s"], 1)
     assert summary.loc["planned", "utilization (seed)"] == round(plan["predicted"]["utilization_seed"], 3)
-    cands = at.dataframe[6].value  # the strategies the search compared, the chosen one first
+    cands = at.dataframe[7].value  # the strategies the search compared, the chosen one first
     assert list(cands["plan"]) == [c["plan"] for c in plan["candidates"]] and cands["plan"].iloc[0].startswith(
         f"pp {plan['replicas']} x")
     assert list(cands["predicted step ms"]) == [round(1000 * c["step_s"], 1) for c in plan["candidates"]]
     assert any(m.value == f"Why this plan: {plan['why']}" for m in at.markdown)
-    alone = at.dataframe[7].value.set_index("device")
+    alone = at.dataframe[8].value.set_index("device")
     assert set(alone.index) == {"H100", "Ascend-910B", "MI250X"}
     assert alone.loc["H100", "samples/s alone"] == round(plan["homogeneous"]["H100"]["samples_per_s"], 2)
 
@@ -132,6 +148,7 @@ def test_planner_page_in_chromium(planner_store):
         assert "Utilization (seed), as HETHUB counts it" in body
         assert "Utilization as the seed counts it: measured on two ranks of each kind" in body
         assert "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable" in body
+        assert "Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5%" in body
         browser.close()
 
 

@@ -50,6 +50,7 @@ from harness.bench.seed_inputs import calibrated_inventory, calibration_from, ke
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
 from results.planner import report as plan_report
+from results.planner import seed_steps
 from results.record.paths import results_root
 
 FAST = 0.5  # CPUs a fast rank gets: four ranks on this 2-core machine
@@ -200,6 +201,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                 if got and any(x is not None for x in got):  # pipelines only
                     print(f"planner_seed {shape} {name}: pipeline stage compute as run / as priced, by round: "
                           f"{', '.join('-' if x is None else f'{x:.3f}' for x in got)}", flush=True)
+        print(f"planner_seed: {seed_steps.verdict(seed_steps.steps(out))}", flush=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         d = results_root() / plan_report.SUBDIR  # for the portal's Planner page (results/planner/report.py)
         out["inputs"] = str(keep_inputs(tmp, d / f"seed-check-{stamp}-inputs"))  # before the folder goes
@@ -217,6 +219,9 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                           out.get("seed_interleaved_calibrated", {}).get("measured", 0) >= 0.95,
                       "seed_utilization_interleaved_pp_amortized_at_least_0.95":
                           out.get("seed_interleaved_pp_amortized", {}).get("measured", 0) >= 0.95,
+                      # inside the interleaved checks, each plan's step against its price (all jobs alike drifted)
+                      "prediction_within_5pct_interleaved": all(abs(r["error"]) <= seed_steps.WITHIN
+                                                                for r in seed_steps.steps(out)),
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
     out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -46,6 +46,11 @@ if seed is not None:
     st.subheader("Utilization as the seed counts it: measured on two ranks of each kind")
     st.dataframe(plan_report.seed_frame(seed), hide_index=True, width="stretch")
     st.text(plan_report.seed_verdict(seed))
+    steps = plan_report.step_frame(seed)
+    if not steps.empty:  # the issue's "predicted step within 5% of measured for every plan", drift-free
+        st.markdown("**Each plan's step inside the interleaved checks, against its price**")
+        st.dataframe(steps, hide_index=True, width="stretch")
+        st.text(plan_report.step_verdict(seed))
     st.caption(f"From {seed['file']} ({seed.get('workload')}, global batch {seed.get('global_batch')}, CPUs per kind "
                f"{seed.get('cpus')}; measured at {seed.get('measured_at', 'see the file')}). Separate launches carry "
                "the machine's drift between them; the interleaved row runs the mixed job and both kinds' own jobs "

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from results.planner import seed_steps
+
 SUBDIR = "plans"
 
 
@@ -171,7 +173,7 @@ def inventory_frame(plan: dict) -> pd.DataFrame:
 
 
 # -- utilization as the seed counts it, measured (`make perf` planner_seed: results/plans/seed-check-*.json)
-SHAPES = {"dp": "data parallel", "pp": "pipelines"}
+SHAPES = seed_steps.SHAPES
 
 
 def newest_seed_check(results: Path) -> dict | None:
@@ -183,8 +185,8 @@ def newest_seed_check(results: Path) -> dict | None:
         if not (isinstance(c, dict) and isinstance(c.get("checks"), dict)):
             continue
         try:
-            seed_frame(c), seed_verdict(c)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            seed_frame(c), seed_verdict(c), step_frame(c), step_verdict(c)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError):
             continue
         return {**c, "file": str(f)}
     return None
@@ -204,11 +206,7 @@ def seed_frame(check: dict) -> pd.DataFrame:
                      "each kind's own plan": "; ".join(f"{k}: {h['plan']}" for k, h in c["homogeneous"].items()),
                      "seed utilization measured": c["utilization_seed_measured"],
                      "95% interval": None, "seed utilization predicted": c["utilization_seed_predicted"]})
-    for key, shape, at in (("seed_interleaved", "dp", ""), ("seed_interleaved_amortized", "dp", ", at batch {}"),
-                           ("seed_interleaved_calibrated", "dp", ", at batch {}, each kind calibrated from the check "
-                                                                 "before"),
-                           ("seed_interleaved_pp", "pp", ""), ("seed_interleaved_pp_amortized", "pp", ", at batch {}"),
-                           ("seed_interleaved_pp_kinds", "pp", ", each kind its own pipeline in one launch")):
+    for key, shape, at in seed_steps.CHECKS:
         si = check.get(key) or {}
         if "measured" in si:
             rows.append({"shape": SHAPES[shape],
@@ -218,6 +216,17 @@ def seed_frame(check: dict) -> pd.DataFrame:
                          "95% interval": f"[{si['ci95'][0]:.3f}, {si['ci95'][1]:.3f}]",
                          "seed utilization predicted": si["predicted"]})
     return pd.DataFrame(rows)
+
+
+def step_frame(check: dict) -> pd.DataFrame:
+    """Each plan's step inside the interleaved checks against its price (results/planner/seed_steps)."""
+    return pd.DataFrame([{"check": r["name"], "job": r["job"], "plan": r["plan"],
+                          "predicted step s": round(r["predicted_s"], 3), "measured step s": round(r["measured_s"], 3), "error %": round(100 * r["error"], 1)}
+                         for r in seed_steps.steps(check)])
+
+
+def step_verdict(check: dict) -> str:
+    return seed_steps.verdict(seed_steps.steps(check))
 
 
 def seed_verdict(check: dict) -> str:
