@@ -74,3 +74,22 @@ def test_any_check_gives_rows_of_finite_positive_steps_or_none(replaced):
     assert all(math.isfinite(r["error"]) and r["predicted_s"] > 0 and r["measured_s"] > 0 for r in rows)
     assert len(rows) in (0, 3) and (replaced or len(rows) == 3)
     assert seed_steps.verdict(rows).startswith("Each plan's step") == bool(rows)
+
+
+def test_a_price_from_the_profile_just_before_the_check_is_its_own_column_and_sentence():
+    """harness/bench/seed_profiles.priced_now: each job's plan priced again from a profile taken
+    just before the check; a plan it cannot price again (None: a "kinds" plan) has no such figure."""
+    now = {**AT_96, "steps_priced_now_s": {"mixed": None, "cpu0.5": 7.0, "cpu0.25": 15.5}}
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved": AT_24, "seed_interleaved_amortized": now})
+    assert ["error_now" in r for r in rows] == [False] * 4 + [True, True]
+    assert rows[4]["priced_now_s"] == 7.0 and rows[4]["error_now"] == pytest.approx(7.0 / 7.1859 - 1)
+    assert rows[5]["error_now"] == pytest.approx(15.5 / 15.0835 - 1)
+    assert seed_steps.verdict(rows).endswith(
+        " Priced from a profile just before each check: 2 of 2 within 5%; the furthest the cpu0.25 job in data "
+        "parallel, at batch 96, +2.8%.")
+    assert (seed_steps.within(rows), seed_steps.within(rows, "error_now")) == (False, True)
+    assert seed_steps.within(rows[:4], "error_now") is None  # no check priced again: not a pass
+    for bad in ("7", True, float("inf"), -7.0, 0):  # not a price: no figure, the row stays
+        si = {**AT_24, "steps_priced_now_s": {"cpu0.5": bad}}
+        got = seed_steps.steps({"global_batch": 24, "seed_interleaved": si})
+        assert len(got) == 3 and not any("error_now" in r for r in got)

@@ -23,7 +23,10 @@ that check, `seed_interleaved_calibrated`: seed_inputs.calibration_from), and of
 against each kind's own 2-stage pipeline at once, parallel.jobs with parallel.pp; at AMORTIZED["pp"]
 times the batch `seed_interleaved_pp_amortized`), and of the planner's data parallel over each
 kind's own pipeline in the pipelines' memory (`seed_interleaved_pp_kinds`: one launch of unequal
-pipeline replicas, parallel.batch_split with pp). Otherwise each side in separate launches,
+pipeline replicas, parallel.batch_split with pp). Just before each interleaved check the four ranks
+are profiled again and every job's plan priced with that profile (seed_profiles.priced_now), so each
+plan's step in it is set against its own price and a price without the drift since the plans were
+made (results/planner/seed_steps). Otherwise each side in separate launches,
 `rounds` times, alternating; step = the harness's median steady step of the slowest rank. Links and
 profiles are measured on the four ranks as the jobs hold them, and each kind's pair's collectives
 on that pair alone (a group of one kind is priced from its own); the profile again before every
@@ -45,7 +48,8 @@ import time
 from pathlib import Path
 
 from harness.bench.launch import run_harness
-from harness.bench.planner_jobs import SIZE, dataset, plan, predict, profile_ranks, run_lm, stage_compute_over_priced
+from harness.bench import seed_profiles
+from harness.bench.planner_jobs import SIZE, dataset, plan, predict, run_lm, stage_compute_over_priced
 from harness.bench.seed_inputs import calibrated_inventory, calibration_from, keep_inputs, profiled
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
@@ -75,18 +79,6 @@ def _runnable(p: dict, cpu: dict[str, float]) -> tuple[list[str], list[float]]:
     return plan_mod.overrides(p), [cpu[k] for k in plan_mod.rank_kinds(p)]
 
 
-def _inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], memory_gb: float,
-               only: str | None = None) -> Path:
-    """Two devices of each kind (or of `only`); collectives among one kind's pair priced from the
-    records measured on that pair (tmp/comm-<kind>: _measure_kind_links), the rest from the four ranks'."""
-    here = [k for k in kinds if only in (None, k)]
-    own = ", ".join(f"{k}: {path.parent / f'comm-{k}'}" for k in here)
-    path.write_text("devices:\n" + "".join(
-        f"  - {{kind: {k}, count: 2, memory_gb: {memory_gb:.6g}, profile: {profiles[k]}}}\n" for k in here)
-        + f"links: {{collectives: measured, backend: gloo, kinds: {{{own}}}}}\n")
-    return path
-
-
 def _measure_kind_links(env: dict, tmp: Path, kinds: dict[str, float]) -> None:
     """`harness comm` on each kind's pair alone, held at its quota, into tmp/comm-<kind>: gloo
     reduces on the ranks' own CPUs, so each pair's collectives are its own (inventory.Links.kinds
@@ -108,13 +100,6 @@ def _split_memory_gb(profile: Path) -> float:
     return (half + whole) / 2 / 1e9
 
 
-def _profile(held: dict, tmp: Path, kinds: dict[str, float], r: int) -> dict[str, Path]:
-    """All four ranks profiled at once, each held to its quota; each kind's record (its first rank's:
-    ranks 0, 1 are fast and 2, 3 slow, as `held` says)."""
-    ranks = profile_ranks(held, tmp / f"round{r}", 4, "lm", SIZE)
-    return {k: ranks[0 if c == FAST else 2] for k, c in kinds.items()}
-
-
 def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                       amortized: dict[str, int] | None = None) -> dict:
     amortized = AMORTIZED if amortized is None else amortized
@@ -129,7 +114,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
         env = {**os.environ, "HARNESS_RESULTS": str(tmp)}
         env.pop("MLFLOW_TRACKING_URI", None)
         data_dir = dataset(tmp)
-        held = {**env, rank_cpu.ENV: f"{FAST},{FAST},{slow},{slow}"}
+        held = seed_profiles.held(env, kinds)
         run_harness(held, 4, "comm", *COMM_ARGS)
         _measure_kind_links(env, tmp, kinds)
         shapes = ("dp", "pp")
@@ -140,14 +125,15 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
         for r in range(rounds):
             # a fresh profile each round, just before the round's runs: the machine's drift between
             # a profile and a run twenty minutes later is not the model's error (results/planner/evaluate.py)
-            profiles = _profile(held, tmp, kinds, r)
+            profiles = seed_profiles.profile(held, tmp, kinds, r)
             out.setdefault("profiled", []).append(profiled(profiles))
             if r == 0:
                 split_gb = min(_split_memory_gb(p) for p in profiles.values())
                 memory = {"dp": 4.0, "pp": split_gb}
             for shape in shapes:
-                invs = {"mixed": _inventory(tmp / f"inv-{shape}-r{r}.yaml", kinds, profiles, memory[shape]),
-                        **{k: _inventory(tmp / f"inv-{shape}-{k}-r{r}.yaml", kinds, profiles, memory[shape], only=k)
+                inv = seed_profiles.inventory
+                invs = {"mixed": inv(tmp / f"inv-{shape}-r{r}.yaml", kinds, profiles, memory[shape]),
+                        **{k: inv(tmp / f"inv-{shape}-{k}-r{r}.yaml", kinds, profiles, memory[shape], only=k)
                            for k in kinds}}
                 if r == 0:  # the plans are made once, from the first round's profiles, and then checked
                     jobs[shape] = {"mixed": (plan(env, invs["mixed"], batch, shape), batch),
@@ -170,10 +156,12 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                   f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] measured, {c['predicted_dp_over_pp']:.3f}x predicted", flush=True)
         # the seed's utilization itself, drift-free: the mixed data-parallel job against both kinds'
         # own jobs at once on the same four ranks (parallel.jobs), alternating blocks
-        out["seed_interleaved"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["dp"], batch, rounds)
+        out["seed_interleaved"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["dp"], batch, rounds,
+                                                    memory_gb=memory["dp"], tag=f"-now-dp-{batch}")
         _print_seed("dp", "", out["seed_interleaved"])
         # the same for the pipelines: the mixed pipelines against each kind's own pipeline at once
-        out["seed_interleaved_pp"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["pp"], batch, rounds)
+        out["seed_interleaved_pp"] = _seed_interleaved(env, tmp, data_dir, kinds, jobs["pp"], batch, rounds,
+                                                       memory_gb=memory["pp"], tag=f"-now-pp-{batch}")
         _print_seed("pp", "", out["seed_interleaved_pp"])
         # the planner's data parallel over each kind's own pipeline, in the pipelines' memory: one launch of
         # unequal pipeline replicas (parallel.batch_split with pp) against each kind's own pipeline at once
@@ -220,8 +208,9 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                       "seed_utilization_interleaved_pp_amortized_at_least_0.95":
                           out.get("seed_interleaved_pp_amortized", {}).get("measured", 0) >= 0.95,
                       # inside the interleaved checks, each plan's step against its price (all jobs alike drifted)
-                      "prediction_within_5pct_interleaved": all(abs(r["error"]) <= seed_steps.WITHIN
-                                                                for r in seed_steps.steps(out)),
+                      "prediction_within_5pct_interleaved": seed_steps.within(seed_steps.steps(out)),
+                      "prediction_within_5pct_interleaved_profile_before":
+                          seed_steps.within(seed_steps.steps(out), "error_now"),
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
     out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -279,20 +268,27 @@ def seed_interleaved_at(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, f
         invs = {n: calibrated_inventory(p, calibration) for n, p in invs.items()}
     jobs = {"mixed": (plan(env, invs["mixed"], batch, strategy or shape), batch),
             **{k: (plan(env, invs[k], batch // 2, "auto"), batch // 2) for k in kinds}}
+    import yaml
+    memory_gb = yaml.safe_load(invs["mixed"].read_text())["devices"][0]["memory_gb"]
+    tag = f"-now-{shape}{'-' + strategy if strategy else ''}-{batch}{'-cal' if calibration else ''}"
     return {"global_batch": batch, **({"calibration": calibration} if calibration else {}),
             **_seed_interleaved(env, tmp, data_dir, kinds, jobs, batch, processes,
-                                budget_s=SEED_BUDGET_S * batch // 24)}
+                                budget_s=SEED_BUDGET_S * batch // 24, memory_gb=memory_gb, tag=tag)}
 
 
 def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, float], shape_jobs: dict, batch: int,
-                      processes: int, budget_s: int = SEED_BUDGET_S) -> dict:
+                      processes: int, budget_s: int = SEED_BUDGET_S, memory_gb: float | None = None,
+                      tag: str = "") -> dict:
     """The mixed plan (the configuration) against each kind's own plan run at once on its own two
     ranks (the other side: parallel.jobs=2, harness/parallel/jobs.py), in one process group,
     alternating blocks. The speedup of the configuration over that side is the mixed job's
     throughput over the sum of the kinds' own: the seed's utilization, with the machine's drift
     between launches cancelled. Data parallel, or pipelines where each kind's own plan is one
     2-stage pipeline, the same for both kinds (one parallel section holds both jobs); no
-    recomputation; the mixed plan's ranks kind by kind in pairs, as the jobs hold them."""
+    recomputation; the mixed plan's ranks kind by kind in pairs, as the jobs hold them. With
+    `memory_gb`, the four ranks are profiled just before and every job's plan priced again with
+    that profile (seed_profiles.priced_now, into tmp/round<tag>): each plan's step against a price
+    without the drift since the plans were made."""
     from harness.bench.launch import other_side_median
     from harness.bench.planner_jobs import interleaved_lm
     mixed, own = shape_jobs["mixed"][0], [shape_jobs[k][0] for k in kinds]
@@ -300,6 +296,7 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     against, why_not = _jobs_side(mixed, own, order)
     if why_not:
         return {"skipped": why_not}
+    now = seed_profiles.priced_now(env, tmp, kinds, shape_jobs, memory_gb, tag) if memory_gb else {}
     got = interleaved_lm(env, tmp, data_dir, [kinds[k] for k in order], batch, processes, [
         *plan_mod.overrides(mixed), f"against={against}", f"budget_s={budget_s}"])
     pred_step = {k: shape_jobs[k][0]["predicted"]["step_s"] for k in kinds}
@@ -313,7 +310,7 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
             "mixed_step_s": [round(r["summary"]["median_step_s"], 4) for r in got["records"]],
             "jobs_step_s": [round(other_side_median(r), 4) for r in got["records"]],
             "kind_steps_s": {k: round(statistics.median(per_job[j::2]), 4) for j, k in enumerate(order[::2])},
-            "kind_steps_predicted_s": {k: round(v, 4) for k, v in pred_step.items()}}
+            "kind_steps_predicted_s": {k: round(v, 4) for k, v in pred_step.items()}, **now}
 
 
 def _jobs_side(mixed: dict, own: list[dict], order: list[str]) -> tuple[str, str | None]:

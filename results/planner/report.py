@@ -221,7 +221,9 @@ def seed_frame(check: dict) -> pd.DataFrame:
 def step_frame(check: dict) -> pd.DataFrame:
     """Each plan's step inside the interleaved checks against its price (results/planner/seed_steps)."""
     return pd.DataFrame([{"check": r["name"], "job": r["job"], "plan": r["plan"],
-                          "predicted step s": round(r["predicted_s"], 3), "measured step s": round(r["measured_s"], 3), "error %": round(100 * r["error"], 1)}
+                          "predicted step s": round(r["predicted_s"], 3), "measured step s": round(r["measured_s"], 3),
+                          "error %": round(100 * r["error"], 1),
+                          "error % (profile just before)": round(100 * r["error_now"], 1) if "error_now" in r else None}
                          for r in seed_steps.steps(check)])
 
 

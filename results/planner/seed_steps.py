@@ -57,16 +57,40 @@ def _check_steps(key: str, name: str, si: dict, bench_batch: int | None) -> list
              for (k, pred), plan in zip(si["kind_steps_predicted_s"].items(), si["jobs"])]
     if not all(math.isfinite(x) and x > 0 for _, _, pred, meas in jobs for x in (pred, meas)):
         raise ValueError(f"{key}: a step that is not a finite number > 0")
+    now = si.get("steps_priced_now_s") or {}
     return [{"check": key, "name": name.format(batch), "job": job, "plan": plan, "predicted_s": pred,
-             "measured_s": meas, "error": pred / meas - 1} for job, plan, pred, meas in jobs]
+             "measured_s": meas, "error": pred / meas - 1, **_now(now.get(job), meas)}
+            for job, plan, pred, meas in jobs]
+
+
+def _now(priced: object, measured: float) -> dict:
+    """The job's plan priced from a profile taken just before the check (harness/bench/
+    seed_profiles.priced_now), where the check has one for it: priced_now_s and error_now."""
+    if isinstance(priced, bool) or not isinstance(priced, (int, float)) or not (math.isfinite(priced) and priced > 0):
+        return {}
+    return {"priced_now_s": float(priced), "error_now": float(priced) / measured - 1}
 
 
 def verdict(rows: list[dict]) -> str:
-    """How many jobs' steps lie within WITHIN of their price, and the furthest one."""
+    """How many jobs' steps lie within WITHIN of their price, and the furthest one; the same against
+    the prices from a profile just before each check, where there are any."""
     if not rows:
         return ""
     within = sum(abs(r["error"]) <= WITHIN for r in rows)
     far = max(rows, key=lambda r: abs(r["error"]))
-    return (f"Each plan's step inside the interleaved checks, against its price: {within} of {len(rows)} within "
+    text = (f"Each plan's step inside the interleaved checks, against its price: {within} of {len(rows)} within "
             f"{100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, {100 * far['error']:+.1f}% "
             f"({far['predicted_s']:.2f} s priced, {far['measured_s']:.2f} s measured).")
+    now = [r for r in rows if "error_now" in r]
+    if now:
+        far = max(now, key=lambda r: abs(r["error_now"]))
+        text += (f" Priced from a profile just before each check: {sum(abs(r['error_now']) <= WITHIN for r in now)} "
+                 f"of {len(now)} within {100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, "
+                 f"{100 * far['error_now']:+.1f}%.")
+    return text
+
+
+def within(rows: list[dict], field: str = "error") -> bool | None:
+    """Every row's `field` within WITHIN; None where no row has it."""
+    got = [abs(r[field]) <= WITHIN for r in rows if field in r]
+    return all(got) if got else None
