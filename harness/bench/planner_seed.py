@@ -47,8 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.bench.launch import run_harness
 from harness.bench import seed_profiles
+from harness.bench.launch import run_harness
 from harness.bench.planner_jobs import SIZE, dataset, plan, predict, run_lm, stage_compute_over_priced
 from harness.bench.seed_inputs import calibrated_inventory, calibration_from, keep_inputs, profiled
 from harness.parallel import cpu_quota as rank_cpu
