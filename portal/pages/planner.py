@@ -47,7 +47,7 @@ if seed is not None:
     st.dataframe(plan_report.seed_frame(seed), hide_index=True, width="stretch")
     st.text(plan_report.seed_verdict(seed))
     steps = plan_report.step_frame(seed)
-    if not steps.empty:  # the issue's "predicted step within 5% of measured for every plan", drift-free
+    if not steps.empty:  # issue 36: "predicted step within 5% of measured for every plan"
         st.markdown("**Each plan's step inside the interleaved checks, against its price**")
         st.dataframe(steps, hide_index=True, width="stretch")
         st.text(plan_report.step_verdict(seed))
