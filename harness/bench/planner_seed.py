@@ -189,7 +189,8 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                 if got and any(x is not None for x in got):  # pipelines only
                     print(f"planner_seed {shape} {name}: pipeline stage compute as run / as priced, by round: "
                           f"{', '.join('-' if x is None else f'{x:.3f}' for x in got)}", flush=True)
-        print(f"planner_seed: {seed_steps.verdict(seed_steps.steps(out))}", flush=True)
+        step_rows = seed_steps.steps(out)  # each plan's step in the interleaved checks, against its prices
+        print(f"planner_seed: {seed_steps.verdict(step_rows)}", flush=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         d = results_root() / plan_report.SUBDIR  # for the portal's Planner page (results/planner/report.py)
         out["inputs"] = str(keep_inputs(tmp, d / f"seed-check-{stamp}-inputs"))  # before the folder goes
@@ -208,9 +209,8 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                       "seed_utilization_interleaved_pp_amortized_at_least_0.95":
                           out.get("seed_interleaved_pp_amortized", {}).get("measured", 0) >= 0.95,
                       # inside the interleaved checks, each plan's step against its price (all jobs alike drifted)
-                      "prediction_within_5pct_interleaved": seed_steps.within(seed_steps.steps(out)),
-                      "prediction_within_5pct_interleaved_profile_before":
-                          seed_steps.within(seed_steps.steps(out), "error_now"),
+                      "prediction_within_5pct_interleaved": seed_steps.within(step_rows),
+                      "prediction_within_5pct_interleaved_profile_before": seed_steps.within(step_rows, "error_now"),
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
     out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -186,7 +186,7 @@ def newest_seed_check(results: Path) -> dict | None:
             continue
         try:
             seed_frame(c), seed_verdict(c), step_frame(c), step_verdict(c)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError):
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             continue
         return {**c, "file": str(f)}
     return None
