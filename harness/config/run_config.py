@@ -32,7 +32,7 @@ TOGGLE_NAMES = toggle_decl.NAMES  # declared once, in results/record/toggles.py
 # The interleaved engine's sampling settings (how long and how finely a ratio was sampled) are
 # labels too: an interleaved +channels_last run measures what a plain one does.
 LABEL_FIELDS = ("sweep", "repeat", "reference_run", "interleave", "against", "precision", "budget_s", "block_s",
-                "account", "eval_batches")
+                "probe_microbatch", "account", "eval_batches")
 
 
 def _check_toggles(self) -> None:
@@ -127,6 +127,9 @@ class RunConfig:
     """Interleaved: seconds of interleaved sampling per process before it stops unfinished. Not hashed."""
     block_s: float = 0.2
     """Interleaved: the least seconds one block of steps lasts (its step count is set from warm-up). Not hashed."""
+    probe_microbatch: int = 0
+    """Interleaved: after each pair of blocks, time the layer profile's block at this microbatch on
+    every rank, off the clock (harness/planning/probe.py): the machine's speed during the run. 0 = off. Not hashed."""
     account: bool = False
     """After the timed steps, measure memory (model state, peak, activation bytes per block) on
     one rank too; always on with more ranks or parallel.recompute (harness/parallel/accounting.py).
@@ -154,7 +157,7 @@ class RunConfig:
         if self.prefetch < -1:
             raise UsageError(f"prefetch must be >= -1 (-1 = auto); got {self.prefetch}")
         for name in ("warmup_steps", "batch_size", "eval_every", "eval_batches", "threads", "repeat", "ranks",
-                     "profile_steps"):
+                     "profile_steps", "probe_microbatch"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0; got {getattr(self, name)}")
         if self.mode == "ttt" and self.eval_batches:
@@ -175,6 +178,9 @@ class RunConfig:
             if "=" not in part or key not in settable_keys() or key in LABEL_FIELDS:
                 raise UsageError(f"against: expected `;`-separated KEY=VALUE overrides of what is measured (keys: "
                                  f"python -m harness list); got {brief(part)}")
+        if self.probe_microbatch and (not self.interleave or registry.capability(wl, "profile_layers") is None):
+            raise UsageError(f"probe_microbatch applies to interleaved runs (interleave=true) of a workload with a layer "
+                             f"profile ({', '.join(registry.supporting('profile_layers'))}); got {brief(self.probe_microbatch)}")
         if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
             raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
         if not 1 <= self.seed <= SEED_MAX:
@@ -366,34 +372,3 @@ def parse_value(key: str, raw: str) -> Any:
         except ValueError:
             raise UsageError(f"{key} expects {typ}; got {raw!r}") from None
     return raw
-
-
-YAML_MAX_BYTES = 1 << 20  # a sweep or site file is a page of settings; a MiB is already absurd
-
-
-def read_yaml_mapping(path, what: str) -> tuple[dict, str]:
-    """(mapping, text) of a YAML file whose top level must be a mapping; UsageErrors name the
-    file. `what` says what the file is, for the messages ("sweep file", "site file"). Aliases
-    are refused: nine levels of nine-way aliases in 600 bytes expand to 9**9 values (the
-    "billion laughs"), and no settings file needs them."""
-    import yaml
-    try:
-        size = path.stat().st_size
-        if size > YAML_MAX_BYTES:
-            raise UsageError(f"{path}: {size} bytes; a {what} is at most {YAML_MAX_BYTES}")
-        text = path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path}: not a text file (byte {e.start} is not UTF-8); a {what} is YAML text") from None
-    try:
-        if any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text)):
-            raise UsageError(f"{path}: YAML aliases (*name) are not accepted in a {what}; write the values out")
-        d = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0][:200]}") from None
-    except RecursionError:
-        raise UsageError(f"{path}: nested too deeply to be a {what}") from None
-    if not isinstance(d, dict):
-        raise UsageError(f"{path}: expected a mapping at the top level")
-    return d, text

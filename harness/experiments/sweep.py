@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 
-from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief, read_yaml_mapping
+from harness.config.run_config import TOGGLE_NAMES, RunConfig, Toggles, UsageError, brief
+from harness.config.yaml_file import read_yaml_mapping
 from harness.experiments import top_up
 from harness.experiments.top_up import TopUp
 from harness.launch.backend import BASELINE, Cell, read_cells
@@ -187,7 +188,8 @@ def expand(sweep: Sweep, base_cfg: RunConfig, applicable: set[str]) -> list[tupl
         label, c = cell([])
         # the baseline interleaves against itself only in a baseline-only sweep (the A/A
         # calibration); elsewhere it is the plain reference run the other cells are gated on
-        cells.append((label, c if sweep.matrix == ("baseline",) else dataclasses.replace(c, interleave=False)))
+        cells.append((label, c if sweep.matrix == ("baseline",)
+                      else dataclasses.replace(c, interleave=False, probe_microbatch=0)))
     if "add_one_in" in sweep.matrix:
         cells += [cell([t]) for t in sweep.toggles]
     if "all_on" in sweep.matrix and len(all_on) > 1:

@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from harness.config.run_config import UsageError, has_type, read_yaml_mapping
+from harness.config.run_config import UsageError, has_type
+from harness.config.yaml_file import read_yaml_mapping
 
 SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
 

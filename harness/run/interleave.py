@@ -29,7 +29,10 @@ and bubble are its steps', gaps between blocks excluded). Time-to-train runs are
 repeat, and the record says why (`ab_unavailable`).
 
 Clock: the variant's record is the run's record (its steps, eval, breakdown, MLPerf log); the
-baseline side's raw step times and losses are kept in its `ab` section, with every block.
+baseline side's raw step times and losses are kept in its `ab` section, with every block. With
+`probe_microbatch` every rank also times the layer profile's block after each pair, off the clock
+between barriers (harness/planning/probe.py: the machine's speed during the run, for a planner
+check to price its plans with), kept in `ab.probe`.
 """
 from __future__ import annotations
 
@@ -84,7 +87,7 @@ def baseline_of(cfg: RunConfig, world: int = 1) -> RunConfig:
     """The other side ("A"), sampled plainly: `against`'s overrides of this configuration; without
     them every toggle off and the parallel section's defaults (on several ranks DDP on the same
     ranks; on one, no recomputation)."""
-    plain = dataclasses.replace(cfg, interleave=False, against="")
+    plain = dataclasses.replace(cfg, interleave=False, against="", probe_microbatch=0)
     if cfg.against:
         return plain.with_overrides([a.strip() for a in cfg.against.split(";") if a.strip()])
     from harness.config.run_config import Parallel
@@ -168,6 +171,10 @@ class Interleaved:
         base_run, base_loader = loop._init(baseline_of(self.cfg, self.dist.world), self.workload, NullRecord(),
                                            self.dist)
         self.a = _Side("A", base_run, base_loader, _Rng(self.cuda))
+        self.probe = None  # the profile's block timed between pairs (harness/planning/probe.py), on request
+        if self.cfg.probe_microbatch:
+            from harness.planning.probe import Probe
+            self.probe = Probe(self.workload, self.workload.sizes[self.cfg.size], self.cfg.probe_microbatch)
 
     def close(self) -> None:
         for side in (getattr(self, "a", None), getattr(self, "b", None)):
@@ -239,6 +246,8 @@ class Interleaved:
             med = {side.name: take(side, "steady", side.block, block=pair) for side in order}
             ratios.append(med["A"] / med["B"])
             blocks.append([pair, first, med["A"], med["B"]])
+            if self.probe is not None:  # off the clock, between pairs, every rank at once
+                self.probe.visit()
             if ab_stats.precise_enough(ratios, cfg.precision):
                 ended = PRECISION
                 break
@@ -276,7 +285,8 @@ class Interleaved:
                           "block_columns": ["pair", "first", "baseline_median_step_s", "config_median_step_s"],
                           "ended_by": ended, "method": s["method"], "precision_target": self.cfg.precision,
                           "budget_s": self.cfg.budget_s, "block_s": self.cfg.block_s,
-                          "rewarm": {"baseline": self.a.rewarm, "config": self.b.rewarm}}
+                          "rewarm": {"baseline": self.a.rewarm, "config": self.b.rewarm},
+                          **({"probe": self.probe.record()} if self.probe is not None else {})}
         rec.info.update(ab_ratio=s["ratio"], ab_lo=s["ci_lo"], ab_hi=s["ci_hi"], ab_pairs=s["pairs"],
                         ab_half_width=s["half_width"] if math.isfinite(s["half_width"]) else None,
                         ab_precision_reached=int(ended == PRECISION),

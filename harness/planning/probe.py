@@ -1,0 +1,80 @@
+"""The layer profile's block cell, timed on every rank between the interleaved engine's pairs of
+blocks (`--set probe_microbatch=M`, harness/run/interleave.py): how fast each rank computes
+*during* a check, in the profile's own units, so a bench can price a plan for the machine as it
+was while the plan ran (harness/bench/seed_profiles.py: the profile scaled by this cell's
+seconds in the check over its seconds in the profile).
+
+Why: a profile prices a plan for the machine's speed while it was profiled, and on this VM that
+speed moves. In one planner_seed bench (2026-12-07, Xeon, results/plans/seed-check-20261207T023405-
+inputs) the CPU seconds a block cost per sample at microbatch 8 ranged 22.6-26.8 ms over eight
+profiles of the same ranks, both kinds moving together, while every rank's wall seconds per CPU
+second held at 1/quota (1.98-1.99 and 3.96-3.98): the quota was steady, the work per CPU second
+was not. Two profiles fifteen minutes apart priced the 0.25-CPU pair's own job 14.07 and 16.16 s,
+and it ran 15.57 and 15.75 s in the checks right after each. The profile's cells are visited in
+rounds so drift moves them together (harness/planning/cells.py); this carries one of them into
+the check, visited in the check's rounds.
+
+The cell is the profile's: the workload's `profile_layers` block (a pipeline stage of one block)
+at microbatch M, forward and backward, one visit of at least cells.VISIT_S seconds of passes,
+its sample the mean pass in CPU seconds of the process (the profile's by_cpu figure: under a
+quota, wall time is quantized in the quota's periods) with its wall seconds beside it. A CPU
+run loads data inline (harness/run/data.prefetch_depth), so no other thread of the process
+spends CPU during the visit.
+
+Sync points: a barrier of all ranks before the visit and after it, so every rank is timed on
+the same machine and no rank's next step waits out another's visit on its clock (a step's time
+is the slowest rank's). Off the clock: the engine's budget counts steps only.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.config import registry
+from harness.config.errors import UsageError
+from harness.planning import cells
+
+CELL = "block"  # the profile's layer kind timed (profile.measure's rows of the same name)
+
+
+class Probe:
+    """One rank's probe: built once (its own copy of the model, warmed), visited after every pair."""
+
+    def __init__(self, workload, size, microbatch: int):
+        layer_model = registry.capability(workload, "profile_layers")
+        if layer_model is None:
+            raise UsageError(f"probe_microbatch: {workload.name} has no layer profile to probe; workloads with one: "
+                             f"{', '.join(registry.supporting('profile_layers')) or 'none'}")
+        rng = torch.get_rng_state()  # the run's own streams stay as they were (the engine swaps each side's in)
+        torch.manual_seed(0)  # the profile's weights (profile.measure seeds 0 before building)
+        module, make = layer_model(workload.build_model(size), size)["layers"][CELL]
+        self.microbatch = microbatch
+        self.cell = cells.Layer(module, lambda: make(microbatch))
+        self.cell.time_by_cpu(True)
+        self.cell.warm()
+        torch.set_rng_state(rng)
+
+    def visit(self) -> None:
+        _barrier()
+        rng = torch.get_rng_state()
+        self.cell.visit(cells.VISIT_S)
+        torch.set_rng_state(rng)
+        _barrier()
+
+    def mine(self) -> dict:
+        c = self.cell
+        return {"cpu_s": [round(x, 6) for x in c.samples],
+                "wall_s": [round(f + b, 6) for f, b in zip(c.fwd, c.bwd)]}
+
+    def record(self) -> dict:
+        """Every rank's samples, rank order (a collective: every rank calls it)."""
+        every = [self.mine()]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            every = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(every, self.mine())
+        return {"cell": CELL, "microbatch": self.microbatch, "by": "cpu seconds a visit (mean pass), fwd + bwd",
+                "per_rank": every}
+
+
+def _barrier() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()

@@ -1,0 +1,103 @@
+"""The layer profile's block timed between an interleaved run's pairs (harness/planning/probe.py,
+`--set probe_microbatch=M`), and planner_seed's plans priced for the machine's speed it measured
+(harness/bench/seed_profiles.probe_factors, priced_in_check)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.bench import seed_profiles
+from harness.config.errors import UsageError
+from harness.config.run_config import RunConfig
+from results.planner.inventory import PlanError
+from results.record import schema
+from tests.conftest import harness, run_dirs
+
+KINDS = {"cpu0.5": 0.5, "cpu0.25": 0.25}
+ORDER = ["cpu0.5", "cpu0.5", "cpu0.25", "cpu0.25"]  # the four ranks' kinds, as the mixed plan holds them
+
+
+def test_an_interleaved_run_times_the_profiles_block_once_after_every_pair(env, data_root):
+    """One visit per pair on the rank, in CPU and wall seconds, named by its cell and microbatch;
+    both sides still train as their own runs did (the gate: losses step for step)."""
+    base = harness(env, "run", "lm", "--set", "steps=4", "--set", "profile_steps=0", "--no-ingest")
+    assert base.returncode == 0, base.stderr[-2000:]
+    ref = run_dirs(env)[0]
+    p = harness(env, "run", "lm", "--set", "steps=4", "--set", "profile_steps=0", "--no-ingest", "--set", "threads=1",
+                "--set", "interleave=true", "--set", "budget_s=2", "--set", "probe_microbatch=2",
+                "--set", f"reference_run={ref}")
+    assert p.returncode == 0, p.stderr[-2000:]
+    s = schema.read_record(next(d for d in run_dirs(env) if d != ref))["summary"]
+    probe = s["ab"]["probe"]
+    assert (probe["cell"], probe["microbatch"], len(probe["per_rank"])) == ("block", 2, 1)
+    mine = probe["per_rank"][0]
+    assert len(mine["cpu_s"]) == len(mine["wall_s"]) == s["ab_pairs"] >= 1
+    assert all(x > 0 for x in mine["cpu_s"] + mine["wall_s"])
+    assert s["gate_passed"] == 1 and s["ab_baseline_gate_passed"] == 1
+
+
+@pytest.mark.parametrize("sets, says", [
+    ({"probe_microbatch": 4}, "applies to interleaved runs"),
+    ({"probe_microbatch": 4, "interleave": True, "workload": "cosmoflow"}, "of a workload with a layer profile (lm)"),
+    ({"probe_microbatch": -1, "interleave": True}, "probe_microbatch must be >= 0"),
+])
+def test_a_probe_where_there_is_nothing_to_probe_is_refused_by_name(sets, says):
+    with pytest.raises(UsageError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        RunConfig(**{"workload": "lm", **sets})
+
+
+def _profile(d: Path, fwd: list[float], bwd: list[float], microbatch: int = seed_profiles.PROBE_MB) -> Path:
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"layers": {"block": [
+        {"microbatch": 1, "fwd_cpu_samples_s": [9.0], "bwd_cpu_samples_s": [9.0]},
+        {"microbatch": microbatch, "fwd_cpu_samples_s": fwd, "bwd_cpu_samples_s": bwd}]}}))
+    return d
+
+
+def _record(per_rank: list[list[float]], microbatch: int = seed_profiles.PROBE_MB) -> dict:
+    return {"summary": {"ab": {"probe": {"cell": "block", "microbatch": microbatch,
+                                         "per_rank": [{"cpu_s": c, "wall_s": c} for c in per_rank]}}}}
+
+
+def test_each_kinds_factor_is_its_ranks_mean_visit_in_the_check_over_the_profiles_mean(tmp_path):
+    # the profile's block at the probe's microbatch: 0.05 + 0.10 CPU s (means of the visits)
+    profiles = {"cpu0.5": _profile(tmp_path / "fast", [0.04, 0.06], [0.1, 0.1]),
+                "cpu0.25": _profile(tmp_path / "slow", [0.05], [0.12])}
+    two = [_record([[0.15, 0.18], [0.15], [0.17, 0.17], [0.20]]), _record([[0.12], [0.15], [0.17], [0.16]])]
+    got = seed_profiles.probe_factors(two, ORDER, profiles)
+    assert got["profile_cpu_s"] == {"cpu0.5": pytest.approx(0.15), "cpu0.25": pytest.approx(0.17)}
+    assert got["visits"] == {"cpu0.5": 5, "cpu0.25": 5}
+    assert got["probe_cpu_s"]["cpu0.5"] == pytest.approx((0.15 + 0.18 + 0.15 + 0.12 + 0.15) / 5)
+    assert got["factors"] == {"cpu0.5": pytest.approx(0.15 / 0.15, abs=1e-4),
+                              "cpu0.25": pytest.approx(0.174 / 0.17, abs=1e-4)}  # a mean, not the median 0.17
+    with pytest.raises(ValueError, match="microbatch 2"):  # another cell than the profile's reference
+        seed_profiles.probe_factors([_record([[0.1]] * 4, microbatch=2)], ORDER, profiles)
+    with pytest.raises(ValueError, match="on 2 ranks"):
+        seed_profiles.probe_factors([_record([[0.1]] * 2)], ORDER, profiles)
+
+
+def test_each_job_is_priced_from_the_profile_before_the_check_scaled_by_its_kinds_factor(tmp_path, monkeypatch):
+    profiles = {"cpu0.5": _profile(tmp_path / "fast", [0.05], [0.1]), "cpu0.25": _profile(tmp_path / "slow", [0.05], [0.1])}
+    tag = "-now-dp-24"
+    for name in ("mixed", *KINDS):  # what priced_now wrote
+        seed_profiles.inventory(tmp_path / f"inv{tag}-{name}.yaml", KINDS, profiles, 2.0,
+                                only=None if name == "mixed" else name)
+
+    def predict(plan: dict, inv: Path, links_root: Path) -> float:
+        if plan["strategy"] == "kinds":
+            raise PlanError("cannot price a 'kinds' plan again")
+        return sum(d["count"] * d["calibration"] for d in yaml.safe_load(inv.read_text())["devices"])
+
+    monkeypatch.setattr(seed_profiles, "predict", predict)
+    jobs = {"mixed": ({"strategy": "dp"}, 24), "cpu0.5": ({"strategy": "dp"}, 12), "cpu0.25": ({"strategy": "kinds"}, 12)}
+    # the check ran the 0.5-CPU ranks 10% slower than profiled, the 0.25-CPU ranks 20% faster
+    got = seed_profiles.priced_in_check(tmp_path, jobs, tag, [_record([[0.165], [0.165], [0.12], [0.12]])], ORDER)
+    assert got["probe"]["factors"] == {"cpu0.5": 1.1, "cpu0.25": 0.8}
+    assert got["steps_priced_in_check_s"] == {"mixed": pytest.approx(2 * 1.1 + 2 * 0.8), "cpu0.5": pytest.approx(2.2),
+                                              "cpu0.25": None}
+    # the inventories it priced are kept beside priced_now's, each device with its kind's factor
+    own = yaml.safe_load((tmp_path / f"inv{tag}-probe-cpu0.5.yaml").read_text())["devices"]
+    assert [(d["kind"], d["calibration"]) for d in own] == [("cpu0.5", 1.1)]
