@@ -93,3 +93,18 @@ def test_a_price_from_the_profile_just_before_the_check_is_its_own_column_and_se
         si = {**AT_24, "steps_priced_now_s": {"cpu0.5": bad}}
         got = seed_steps.steps({"global_batch": 24, "seed_interleaved": si})
         assert len(got) == 3 and not any("error_now" in r for r in got)
+
+
+def test_a_price_for_the_speed_during_the_check_is_a_third_column_and_sentence():
+    """harness/bench/seed_profiles.priced_in_check: the profile just before scaled by each kind's
+    probe in the check; its own column beside the other two, its own sentence after theirs."""
+    si = {**AT_96, "steps_priced_now_s": {"mixed": None, "cpu0.5": 7.0, "cpu0.25": 15.5},
+          "steps_priced_in_check_s": {"mixed": None, "cpu0.5": 7.5, "cpu0.25": 16.2}}
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": si})
+    assert ["error_in_check" in r for r in rows] == [False, True, True]
+    assert rows[1]["priced_in_check_s"] == 7.5 and rows[1]["error_in_check"] == pytest.approx(7.5 / 7.1859 - 1)
+    assert rows[1]["error_now"] == pytest.approx(7.0 / 7.1859 - 1)  # the other price is left as it was
+    assert seed_steps.verdict(rows).endswith(
+        "+2.8%. That profile scaled by each kind's speed during the check: 1 of 2 within 5%; the furthest the "
+        "cpu0.25 job in data parallel, at batch 96, +7.4%.")  # the 0.5-CPU job's +4.4% within
+    assert seed_steps.within(rows, "error_in_check") is False and seed_steps.within(rows[:2], "error_in_check")

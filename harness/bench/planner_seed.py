@@ -211,6 +211,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
                       # inside the interleaved checks, each plan's step against its price (all jobs alike drifted)
                       "prediction_within_5pct_interleaved": seed_steps.within(step_rows),
                       "prediction_within_5pct_interleaved_profile_before": seed_steps.within(step_rows, "error_now"),
+                      "prediction_within_5pct_interleaved_probed": seed_steps.within(step_rows, "error_in_check"),
                       "prediction_within_5pct": all(abs(e) <= 0.05 for c in out["checks"].values()
                                                     for e in [c["error"], *(h["error"] for h in c["homogeneous"].values())])}
     out["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -288,7 +289,10 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     recomputation; the mixed plan's ranks kind by kind in pairs, as the jobs hold them. With
     `memory_gb`, the four ranks are profiled just before and every job's plan priced again with
     that profile (seed_profiles.priced_now, into tmp/round<tag>): each plan's step against a price
-    without the drift since the plans were made."""
+    without the drift since the plans were made; and every rank times the profile's block between
+    the check's pairs (harness/planning/probe.py), and the plans are priced a third time with each
+    kind's costs scaled by its speed in the check over its speed in that profile
+    (seed_profiles.priced_in_check): without the drift between the profile and the check."""
     from harness.bench.launch import other_side_median
     from harness.bench.planner_jobs import interleaved_lm
     mixed, own = shape_jobs["mixed"][0], [shape_jobs[k][0] for k in kinds]
@@ -297,8 +301,11 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     if why_not:
         return {"skipped": why_not}
     now = seed_profiles.priced_now(env, tmp, kinds, shape_jobs, memory_gb, tag) if memory_gb else {}
+    probe = [f"probe_microbatch={seed_profiles.PROBE_MB}"] if now else []  # the ranks' speed between pairs
     got = interleaved_lm(env, tmp, data_dir, [kinds[k] for k in order], batch, processes, [
-        *plan_mod.overrides(mixed), f"against={against}", f"budget_s={budget_s}"])
+        *plan_mod.overrides(mixed), f"against={against}", f"budget_s={budget_s}", *probe])
+    if now:  # the same plans priced for the machine's speed during the check (seed_profiles.priced_in_check)
+        now.update(seed_profiles.priced_in_check(tmp, shape_jobs, tag, got["records"], order))
     pred_step = {k: shape_jobs[k][0]["predicted"]["step_s"] for k in kinds}
     predicted = (batch / mixed["predicted"]["step_s"]) / sum(shape_jobs[k][1] / pred_step[k] for k in kinds)
     per_job = [statistics.median(s[j] for s, ph in zip(b["job_step_s"], b["phase"]) if ph == "steady")

@@ -6,7 +6,15 @@ hour later. Inside them every job ran 2-13% slower than priced (2026-12-06 15:36
 checks the most: results/planner/seed_steps.py), all jobs of one check alike, as the machine's
 drift between a profile and a run would make them. The separate launches pair each round with a
 profile just before it for that reason (results/planner/evaluate.py); this does the same for each
-interleaved check: the same plans (split, microbatches, stage order), fresh costs."""
+interleaved check: the same plans (split, microbatches, stage order), fresh costs.
+
+And priced a third time for the machine's speed while the check ran: every rank times the
+profile's block between the check's pairs (harness/planning/probe.py), and each kind's costs in
+that profile are scaled by its probe's mean over the profile's mean for the same cell
+(priced_in_check). Why: a profile just before a check still priced its jobs -9.6% to +12.4% off
+(2026-12-07 01:03 bench), and two profiles fifteen minutes apart priced the 0.25-CPU pair's own job
+14.07 and 16.16 s while it ran 15.57 and 15.75 s in the checks after them: the machine's speed
+moved between the profile and the check (harness/planning/probe.py has the figures)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,3 +66,63 @@ def priced_now(env: dict, tmp: Path, kinds: dict[str, float], jobs: dict, memory
         except PlanError:
             steps[name] = None
     return {"steps_priced_now_s": steps, "profiled_now": profiled(profiles)}
+
+
+# the microbatch of the profile's block cell each rank times between an interleaved check's pairs
+# (harness/planning/probe.py): a visit is 0.1 CPU s, 0.4 s wall at 0.25 CPU, 6% of a pair at batch 24
+PROBE_MB = 4
+
+
+def block_cpu_s(profile: Path, microbatch: int = PROBE_MB) -> float:
+    """The profile's block at `microbatch`: mean forward + mean backward CPU seconds over its visits
+    (cells.Layer by_cpu; the figure its row prices at the rank's wall per CPU second)."""
+    import json
+    import statistics
+    rows = json.loads((profile / "summary.json").read_text())["layers"]["block"]
+    row = next(r for r in rows if r["microbatch"] == microbatch)
+    return statistics.fmean(row["fwd_cpu_samples_s"]) + statistics.fmean(row["bwd_cpu_samples_s"])
+
+
+def probe_factors(records: list[dict], rank_kinds: list[str], profiles: dict[str, Path]) -> dict:
+    """Each kind's speed in an interleaved check over its speed in the profile: the mean CPU seconds
+    of the probe's visits on the kind's ranks, over every process of the check (records), over the
+    profile's mean for the same cell. Means, as the profile prices a cell (its mean visit): a step
+    sums many passes. {"factors": {kind: x}, "probe_cpu_s", "profile_cpu_s", "visits": {kind: n}}."""
+    import statistics
+    got: dict[str, list[float]] = {k: [] for k in profiles}
+    for rec in records:
+        probe = rec["summary"]["ab"]["probe"]
+        if probe["microbatch"] != PROBE_MB or len(probe["per_rank"]) != len(rank_kinds):
+            raise ValueError(f"a probe of microbatch {probe['microbatch']} on {len(probe['per_rank'])} ranks; "
+                             f"expected {PROBE_MB} on {len(rank_kinds)}")
+        for kind, mine in zip(rank_kinds, probe["per_rank"]):
+            got[kind] += mine["cpu_s"]
+    ref = {k: block_cpu_s(p) for k, p in profiles.items()}
+    mean = {k: statistics.fmean(v) for k, v in got.items()}
+    return {"factors": {k: round(mean[k] / ref[k], 4) for k in profiles},
+            "probe_cpu_s": {k: round(v, 6) for k, v in mean.items()},
+            "profile_cpu_s": {k: round(v, 6) for k, v in ref.items()}, "visits": {k: len(v) for k, v in got.items()}}
+
+
+def priced_in_check(tmp: Path, jobs: dict, tag: str, records: list[dict], rank_kinds: list[str]) -> dict:
+    """Each job's plan priced from the profile just before the check (priced_now's inventories,
+    tmp/inv<tag>-<job>.yaml) with every kind's costs scaled by its probe factor (inventory
+    `calibration`, layer_costs.Costs.scaled: compute only, links as measured): the price for the
+    machine's speed while the check ran. {"steps_priced_in_check_s": {name: s or None}, "probe": ...}."""
+    import yaml
+    from results.planner.inventory import PlanError
+    invs = {name: tmp / f"inv{tag}-{name}.yaml" for name in jobs}
+    profiles = {d["kind"]: Path(d["profile"]) for d in yaml.safe_load(invs["mixed"].read_text())["devices"]}
+    probe = probe_factors(records, rank_kinds, profiles)
+    steps: dict[str, float | None] = {}
+    for name, (p, _) in jobs.items():
+        d = yaml.safe_load(invs[name].read_text())
+        for dev in d["devices"]:
+            dev["calibration"] = probe["factors"][dev["kind"]]
+        inv = invs[name].with_name(f"inv{tag}-probe-{name}.yaml")
+        inv.write_text(yaml.safe_dump(d))
+        try:
+            steps[name] = round(predict(p, inv, tmp), 4)
+        except PlanError:
+            steps[name] = None
+    return {"steps_priced_in_check_s": steps, "probe": probe}

@@ -51,6 +51,10 @@ if seed is not None:
         st.markdown("**Each plan's step inside the interleaved checks, against its price**")
         st.dataframe(steps, hide_index=True, width="stretch")
         st.text(plan_report.step_verdict(seed))
+        st.caption("error %: predicted / measured - 1, the plan's price from the bench's first profile; profile just "
+                   "before: the same plan priced from the ranks profiled just before its check; speed in the check: "
+                   "that profile scaled by each kind's speed while the check ran (the profile's block timed on every "
+                   "rank between the check's pairs).")
     st.caption(f"From {seed['file']} ({seed.get('workload')}, global batch {seed.get('global_batch')}, CPUs per kind "
                f"{seed.get('cpus')}; measured at {seed.get('measured_at', 'see the file')}). Separate launches carry "
                "the machine's drift between them; the interleaved row runs the mixed job and both kinds' own jobs "

@@ -223,7 +223,10 @@ def step_frame(check: dict) -> pd.DataFrame:
     return pd.DataFrame([{"check": r["name"], "job": r["job"], "plan": r["plan"],
                           "predicted step s": round(r["predicted_s"], 3), "measured step s": round(r["measured_s"], 3),
                           "error %": round(100 * r["error"], 1),
-                          "error % (profile just before)": round(100 * r["error_now"], 1) if "error_now" in r else None}
+                          "error % (profile just before)": round(100 * r["error_now"], 1) if "error_now" in r else None,
+                          # that profile scaled by each kind's speed during the check (seed_profiles.priced_in_check)
+                          "error % (speed in the check)":
+                              round(100 * r["error_in_check"], 1) if "error_in_check" in r else None}
                          for r in seed_steps.steps(check)])
 
 

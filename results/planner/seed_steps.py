@@ -57,23 +57,27 @@ def _check_steps(key: str, name: str, si: dict, bench_batch: int | None) -> list
              for (k, pred), plan in zip(si["kind_steps_predicted_s"].items(), si["jobs"])]
     if not all(math.isfinite(x) and x > 0 for _, _, pred, meas in jobs for x in (pred, meas)):
         raise ValueError(f"{key}: a step that is not a finite number > 0")
-    now = si.get("steps_priced_now_s") or {}
+    now, probed = si.get("steps_priced_now_s") or {}, si.get("steps_priced_in_check_s") or {}
     return [{"check": key, "name": name.format(batch), "job": job, "plan": plan, "predicted_s": pred,
-             "measured_s": meas, "error": pred / meas - 1, **_now(now.get(job), meas)}
+             "measured_s": meas, "error": pred / meas - 1, **_priced(now.get(job), meas, "now"),
+             **_priced(probed.get(job), meas, "in_check")}
             for job, plan, pred, meas in jobs]
 
 
-def _now(priced: object, measured: float) -> dict:
-    """The job's plan priced from a profile taken just before the check (harness/bench/
-    seed_profiles.priced_now), where the check has one for it: priced_now_s and error_now."""
+def _priced(priced: object, measured: float, which: str) -> dict:
+    """The job's plan priced again, where the check has that price for it: priced_<which>_s and
+    error_<which>. "now": from a profile taken just before the check (harness/bench/
+    seed_profiles.priced_now); "in_check": that profile scaled by each kind's speed during the check,
+    the profile's block timed between its pairs (seed_profiles.priced_in_check)."""
     if isinstance(priced, bool) or not isinstance(priced, (int, float)) or not (math.isfinite(priced) and priced > 0):
         return {}
-    return {"priced_now_s": float(priced), "error_now": float(priced) / measured - 1}
+    return {f"priced_{which}_s": float(priced), f"error_{which}": float(priced) / measured - 1}
 
 
 def verdict(rows: list[dict]) -> str:
     """How many jobs' steps lie within WITHIN of their price, and the furthest one; the same against
-    the prices from a profile just before each check, where there are any."""
+    the prices from a profile just before each check, and against those scaled by the check's probe,
+    where there are any."""
     if not rows:
         return ""
     within = sum(abs(r["error"]) <= WITHIN for r in rows)
@@ -81,12 +85,13 @@ def verdict(rows: list[dict]) -> str:
     text = (f"Each plan's step inside the interleaved checks, against its price: {within} of {len(rows)} within "
             f"{100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, {100 * far['error']:+.1f}% "
             f"({far['predicted_s']:.2f} s priced, {far['measured_s']:.2f} s measured).")
-    now = [r for r in rows if "error_now" in r]
-    if now:
-        far = max(now, key=lambda r: abs(r["error_now"]))
-        text += (f" Priced from a profile just before each check: {sum(abs(r['error_now']) <= WITHIN for r in now)} "
-                 f"of {len(now)} within {100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, "
-                 f"{100 * far['error_now']:+.1f}%.")
+    for field, how in (("error_now", "Priced from a profile just before each check"),
+                       ("error_in_check", "That profile scaled by each kind's speed during the check")):
+        got = [r for r in rows if field in r]
+        if got:
+            far = max(got, key=lambda r: abs(r[field]))
+            text += (f" {how}: {sum(abs(r[field]) <= WITHIN for r in got)} of {len(got)} within "
+                     f"{100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, {100 * far[field]:+.1f}%.")
     return text
 
 
