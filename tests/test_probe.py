@@ -22,12 +22,13 @@ ORDER = ["cpu0.5", "cpu0.5", "cpu0.25", "cpu0.25"]  # the four ranks' kinds, as 
 
 def test_an_interleaved_run_times_the_profiles_block_once_after_every_pair(env, data_root):
     """One visit per pair on the rank, in CPU and wall seconds, named by its cell and microbatch;
-    both sides still train as their own runs did (the gate: losses step for step)."""
-    base = harness(env, "run", "lm", "--set", "steps=4", "--set", "profile_steps=0", "--no-ingest")
+    both sides still train as their own runs did (the gate against the reference run's losses: the
+    baseline side's step for step, +amp=bf16's within its tolerance)."""
+    one = ["--set", "steps=4", "--set", "profile_steps=0", "--no-ingest", "--set", "threads=1"]
+    base = harness(env, "run", "lm", *one)
     assert base.returncode == 0, base.stderr[-2000:]
     ref = run_dirs(env)[0]
-    p = harness(env, "run", "lm", "--set", "steps=4", "--set", "profile_steps=0", "--no-ingest", "--set", "threads=1",
-                "--set", "interleave=true", "--set", "budget_s=2", "--set", "probe_microbatch=2",
+    p = harness(env, "run", "lm", *one, "--set", "toggles.amp=bf16", "--set", "interleave=true", "--set", "budget_s=2", "--set", "probe_microbatch=2",
                 "--set", f"reference_run={ref}")
     assert p.returncode == 0, p.stderr[-2000:]
     s = schema.read_record(next(d for d in run_dirs(env) if d != ref))["summary"]
