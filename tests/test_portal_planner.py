@@ -40,7 +40,10 @@ SEED_CHECK = {"workload": "lm/small", "global_batch": 24, "cpus": {"cpu0.5": 0.5
                                    # each job's step and price: the same plans' in the 2026-12-06 15:36 run
                                    "mixed_step_s": [2.7697, 2.7166],
                                    "kind_steps_s": {"cpu0.5": 1.8607, "cpu0.25": 3.8305},
-                                   "kind_steps_predicted_s": {"cpu0.5": 1.751, "cpu0.25": 3.6735}}}
+                                   "kind_steps_predicted_s": {"cpu0.5": 1.751, "cpu0.25": 3.6735},
+                                   # priced again: from a profile just before, and that x the probe (made up)
+                                   "steps_priced_now_s": {"mixed": 2.6, "cpu0.5": 1.8, "cpu0.25": 3.7},
+                                   "steps_priced_in_check_s": {"mixed": 2.7, "cpu0.5": 1.85, "cpu0.25": 3.85}}}
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +94,18 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert list(steps["predicted step s"]) == [2.518, 1.751, 3.674]
     assert list(steps["measured step s"]) == [2.743, 1.861, 3.830]
     assert list(steps["error %"]) == [-8.2, -5.9, -4.1]
+    # priced again from the profile just before the check, and that profile x each kind's probe in it
+    assert list(steps["error % (profile just before)"]) == [-5.2, -3.3, -3.4]
+    assert list(steps["error % (speed in the check)"]) == [-1.6, -0.6, 0.5]
     assert at.text[2].value == (
         "Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5%; the furthest the "
-        "mixed job in data parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured).")
+        "mixed job in data parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured). Priced from a profile "
+        "just before each check: 2 of 3 within 5%; the furthest the mixed job in data parallel, at batch 24, -5.2%. "
+        "That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed job in "
+        "data parallel, at batch 24, -1.6%.")
+    assert any(c.value.startswith("error %: predicted / measured - 1, the plan's price from the bench's first profile; "
+                                  "profile just before:") and "speed in the check: that profile scaled" in c.value
+               for c in at.caption)
     plan = json.loads(plan_report.plan_files(planner_store)[0].read_text())
     assert "SIMULATION from estimates" in at.markdown[1].value and "llama2-70b" in at.markdown[1].value
     per_kind = at.dataframe[4].value.set_index("device")  # the chosen strategy per kind: its group, its part
@@ -150,6 +162,9 @@ def test_planner_page_in_chromium(planner_store):
         assert "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable" in body
         assert ("Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5%; the furthest "
                 "the mixed job in data parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured).") in body
+        assert ("That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed "
+                "job in data parallel, at batch 24, -1.6%.") in body
+        assert "speed in the check: that profile scaled by each kind's speed while the check ran" in body
         browser.close()
 
 

@@ -3,7 +3,6 @@
 (harness/bench/seed_profiles.probe_factors, priced_in_check)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -51,10 +50,14 @@ def test_a_probe_where_there_is_nothing_to_probe_is_refused_by_name(sets, says):
 
 
 def _profile(d: Path, fwd: list[float], bwd: list[float], microbatch: int = seed_profiles.PROBE_MB) -> Path:
+    """A layer profile record as `harness profile` writes one (read through the records' reader)."""
     d.mkdir(parents=True)
-    (d / "summary.json").write_text(json.dumps({"layers": {"block": [
+    schema.write_json(d / schema.CONFIG, {"kind": schema.PROFILE_KIND, "run_id": d.name, "workload": "lm", "size": "small"})
+    schema.write_json(d / schema.ENV, {})
+    schema.open_record(d, 0.0)
+    schema.close_record(d, {"layers": {"block": [
         {"microbatch": 1, "fwd_cpu_samples_s": [9.0], "bwd_cpu_samples_s": [9.0]},
-        {"microbatch": microbatch, "fwd_cpu_samples_s": fwd, "bwd_cpu_samples_s": bwd}]}}))
+        {"microbatch": microbatch, "fwd_cpu_samples_s": fwd, "bwd_cpu_samples_s": bwd}]}}, schema.FINISHED, "", 0.0)
     return d
 
 
@@ -102,3 +105,8 @@ def test_each_job_is_priced_from_the_profile_before_the_check_scaled_by_its_kind
     # the inventories it priced are kept beside priced_now's, each device with its kind's factor
     own = yaml.safe_load((tmp_path / f"inv{tag}-probe-cpu0.5.yaml").read_text())["devices"]
     assert [(d["kind"], d["calibration"]) for d in own] == [("cpu0.5", 1.1)]
+    # a record without a probe, or a profile record that is not one, costs this price only: one line, no raise
+    assert "KeyError" in seed_profiles.priced_in_check(tmp_path, jobs, tag, [{"summary": {"ab": {}}}], ORDER)["probe_skipped"]
+    (profiles["cpu0.25"] / schema.STATUS).write_text("[]")
+    got = seed_profiles.priced_in_check(tmp_path, jobs, tag, [_record([[0.165], [0.165], [0.12], [0.12]])], ORDER)
+    assert got["probe_skipped"].startswith("RecordError: slow: status.json is list")

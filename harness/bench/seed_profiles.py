@@ -76,10 +76,12 @@ PROBE_MB = 4
 def block_cpu_s(profile: Path, microbatch: int = PROBE_MB) -> float:
     """The profile's block at `microbatch`: mean forward + mean backward CPU seconds over its visits
     (cells.Layer by_cpu; the figure its row prices at the rank's wall per CPU second)."""
-    import json
     import statistics
-    rows = json.loads((profile / "summary.json").read_text())["layers"]["block"]
-    row = next(r for r in rows if r["microbatch"] == microbatch)
+    from results.record import schema
+    rows = schema.read_record(profile)["summary"]["layers"]["block"]  # the records' validating reader
+    row = next((r for r in rows if r.get("microbatch") == microbatch), None)
+    if row is None:
+        raise ValueError(f"{profile.name}: no block figure at microbatch {microbatch}")
     return statistics.fmean(row["fwd_cpu_samples_s"]) + statistics.fmean(row["bwd_cpu_samples_s"])
 
 
@@ -108,12 +110,19 @@ def priced_in_check(tmp: Path, jobs: dict, tag: str, records: list[dict], rank_k
     """Each job's plan priced from the profile just before the check (priced_now's inventories,
     tmp/inv<tag>-<job>.yaml) with every kind's costs scaled by its probe factor (inventory
     `calibration`, layer_costs.Costs.scaled: compute only, links as measured): the price for the
-    machine's speed while the check ran. {"steps_priced_in_check_s": {name: s or None}, "probe": ...}."""
+    machine's speed while the check ran. {"steps_priced_in_check_s": {name: s or None}, "probe": ...}, or
+    {"probe_skipped": why} where a record or the profile cannot give the factors."""
     import yaml
     from results.planner.inventory import PlanError
+    import statistics
+    from results.record.schema import RecordError
     invs = {name: tmp / f"inv{tag}-{name}.yaml" for name in jobs}
     profiles = {d["kind"]: Path(d["profile"]) for d in yaml.safe_load(invs["mixed"].read_text())["devices"]}
-    probe = probe_factors(records, rank_kinds, profiles)
+    try:
+        probe = probe_factors(records, rank_kinds, profiles)
+    except (RecordError, KeyError, TypeError, ValueError, ZeroDivisionError, statistics.StatisticsError) as e:
+        # a probe or profile that cannot give a factor costs this price only: the check's figures stand
+        return {"probe_skipped": f"{type(e).__name__}: {e}"[:300]}
     steps: dict[str, float | None] = {}
     for name, (p, _) in jobs.items():
         d = yaml.safe_load(invs[name].read_text())
