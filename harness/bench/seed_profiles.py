@@ -17,6 +17,7 @@ that profile are scaled by its probe's mean over the profile's mean for the same
 moved between the profile and the check (harness/planning/probe.py has the figures)."""
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from harness.bench.planner_jobs import SIZE, predict, profile_ranks
@@ -76,7 +77,6 @@ PROBE_MB = 4
 def block_cpu_s(profile: Path, microbatch: int = PROBE_MB) -> float:
     """The profile's block at `microbatch`: mean forward + mean backward CPU seconds over its visits
     (cells.Layer by_cpu; the figure its row prices at the rank's wall per CPU second)."""
-    import statistics
     from results.record import schema
     rows = schema.read_record(profile)["summary"]["layers"]["block"]  # the records' validating reader
     row = next((r for r in rows if r.get("microbatch") == microbatch), None)
@@ -90,7 +90,6 @@ def probe_factors(records: list[dict], rank_kinds: list[str], profiles: dict[str
     of the probe's visits on the kind's ranks, over every process of the check (records), over the
     profile's mean for the same cell. Means, as the profile prices a cell (its mean visit): a step
     sums many passes. {"factors": {kind: x}, "probe_cpu_s", "profile_cpu_s", "visits": {kind: n}}."""
-    import statistics
     got: dict[str, list[float]] = {k: [] for k in profiles}
     for rec in records:
         probe = rec["summary"]["ab"]["probe"]
@@ -113,8 +112,8 @@ def priced_in_check(tmp: Path, jobs: dict, tag: str, records: list[dict], rank_k
     machine's speed while the check ran. {"steps_priced_in_check_s": {name: s or None}, "probe": ...}, or
     {"probe_skipped": why} where a record or the profile cannot give the factors."""
     import yaml
+
     from results.planner.inventory import PlanError
-    import statistics
     from results.record.schema import RecordError
     invs = {name: tmp / f"inv{tag}-{name}.yaml" for name in jobs}
     profiles = {d["kind"]: Path(d["profile"]) for d in yaml.safe_load(invs["mixed"].read_text())["devices"]}
