@@ -219,7 +219,7 @@ def cmd_profile(args) -> int:
               f"({args.budget_s:g} s a figure, all figures timed in rounds)"
               + (f" (widest interval +-{100 * widest:.1f}%)" if widest is not None else ""))
     timed = s.get("timed") or {}
-    if timed.get("wall_per_cpu"):  # held to a quota (harness/planning/cells.py: why)
+    if timed.get("wall_per_cpu"):  # held to a quota (harness/measure/cells.py: why)
         print(f"held to {s['constraint'].get('cpus')} CPUs: every figure is CPU seconds x this rank's "
               f"{timed['wall_per_cpu']:.3f} wall seconds per CPU second "
               "(a quota's periods quantize a pass's wall time)")

@@ -70,8 +70,8 @@ def test_what_it_cannot_price_is_one_line(tmp_path):
 
 
 def test_the_profile_samples_until_its_median_is_precise_or_the_budget_ends(monkeypatch):
-    """harness/planning/cells.stop on synthetic pass times, with a clock the test moves."""
-    from harness.planning import cells
+    """harness/measure/cells.stop on synthetic pass times, with a clock the test moves."""
+    from harness.measure import cells
     clock = [0.0]
     monkeypatch.setattr(cells, "now", lambda: clock[0])
     steady = [1.0, 1.001, 0.999, 1.0, 1.002, 0.998]
@@ -130,7 +130,7 @@ def test_in_a_cohort_the_rounds_go_on_until_every_rank_is_done():
     rules were met, are kept, and counted as held."""
     import torch
 
-    from harness.planning import cells
+    from harness.measure import cells
 
     class Peers:  # this rank's rules are met at once; the peers' after 5 more of its rounds
         def __init__(self):

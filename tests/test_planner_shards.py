@@ -184,7 +184,7 @@ def test_a_share_is_timed_in_alternating_passes_with_the_block(monkeypatch):
     """cells.Share on a fake clock: the block takes 10 + 20 ms, the member 6 + 12 ms, so its share
     is 0.6 both ways, every pair's; the passes alternate A B B A (drift within a pair cancels
     over two pairs), and the member's own times are its row's."""
-    from harness.planning import cells
+    from harness.measure import cells
     clock, order = [0.0], []
     costs = {"whole": (0.010, 0.020), "part": (0.006, 0.012)}
 

@@ -1,4 +1,4 @@
-"""The layer profile's block timed between an interleaved run's pairs (harness/planning/probe.py,
+"""The layer profile's block timed between an interleaved run's pairs (harness/run/probe.py,
 `--set probe_microbatch=M`), and planner_seed's plans priced for the machine's speed it measured
 (harness/bench/seed_profiles.probe_factors, priced_in_check)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`harness profile` under mpiexec: the ranks profile at once, each held to its HARNESS_RANK_CPU
 share (harness/planning/cohort.py), and a held rank's figures are CPU seconds at its metered rate
-(harness/planning/cells.py)."""
+(harness/measure/cells.py)."""
 from __future__ import annotations
 
 import json

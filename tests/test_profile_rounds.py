@@ -1,10 +1,10 @@
-"""harness/planning/cells.py: the profile's cells timed in rounds, on a fake clock and passes
+"""harness/measure/cells.py: the profile's cells timed in rounds, on a fake clock and passes
 whose cost drifts, as the VM's does."""
 from __future__ import annotations
 
 import pytest
 
-from harness.planning import cells
+from harness.measure import cells
 
 
 @pytest.fixture

@@ -290,7 +290,7 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     `memory_gb`, the four ranks are profiled just before and every job's plan priced again with
     that profile (seed_profiles.priced_now, into tmp/round<tag>): each plan's step against a price
     without the drift since the plans were made; and every rank times the profile's block between
-    the check's pairs (harness/planning/probe.py), and the plans are priced a third time with each
+    the check's pairs (harness/run/probe.py), and the plans are priced a third time with each
     kind's costs scaled by its speed in the check over its speed in that profile
     (seed_profiles.priced_in_check): without the drift between the profile and the check."""
     from harness.bench.launch import other_side_median

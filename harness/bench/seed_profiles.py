@@ -9,12 +9,12 @@ profile just before it for that reason (results/planner/evaluate.py); this does 
 interleaved check: the same plans (split, microbatches, stage order), fresh costs.
 
 And priced a third time for the machine's speed while the check ran: every rank times the
-profile's block between the check's pairs (harness/planning/probe.py), and each kind's costs in
+profile's block between the check's pairs (harness/run/probe.py), and each kind's costs in
 that profile are scaled by its probe's mean over the profile's mean for the same cell
 (priced_in_check). Why: a profile just before a check still priced its jobs -9.6% to +12.4% off
 (2026-12-07 01:03 bench), and two profiles fifteen minutes apart priced the 0.25-CPU pair's own job
 14.07 and 16.16 s while it ran 15.57 and 15.75 s in the checks after them: the machine's speed
-moved between the profile and the check (harness/planning/probe.py has the figures)."""
+moved between the profile and the check (harness/run/probe.py has the figures)."""
 from __future__ import annotations
 
 import statistics
@@ -70,7 +70,7 @@ def priced_now(env: dict, tmp: Path, kinds: dict[str, float], jobs: dict, memory
 
 
 # the microbatch of the profile's block cell each rank times between an interleaved check's pairs
-# (harness/planning/probe.py): a visit is 0.1 CPU s, 0.4 s wall at 0.25 CPU, 6% of a pair at batch 24
+# (harness/run/probe.py): a visit is 0.1 CPU s, 0.4 s wall at 0.25 CPU, 6% of a pair at batch 24
 PROBE_MB = 4
 
 

@@ -129,7 +129,7 @@ class RunConfig:
     """Interleaved: the least seconds one block of steps lasts (its step count is set from warm-up). Not hashed."""
     probe_microbatch: int = 0
     """Interleaved: after each pair of blocks, time the layer profile's block at this microbatch on
-    every rank, off the clock (harness/planning/probe.py): the machine's speed during the run. 0 = off. Not hashed."""
+    every rank, off the clock (harness/run/probe.py): the machine's speed during the run. 0 = off. Not hashed."""
     account: bool = False
     """After the timed steps, measure memory (model state, peak, activation bytes per block) on
     one rank too; always on with more ranks or parallel.recompute (harness/parallel/accounting.py).

@@ -33,7 +33,7 @@ the others load the machine as they will in training; each rank writes its own r
 
 Every cell (a layer kind at a microbatch, the optimizer, the gradients' copy) is timed in rounds,
 one visit (30 ms of passes at least) a round, the order reversed each round
-(harness/planning/cells.py), so that the machine's drift moves all their costs together: the
+(harness/measure/cells.py), so that the machine's drift moves all their costs together: the
 planner prices a plan from their relative costs.
 
 Written like a run record under results/profiles/<id>/ (config.json with kind "profile",
@@ -50,7 +50,7 @@ import torch
 from harness.measure import envinfo
 from harness.parallel import cpu_quota as rank_cpu
 from harness.parallel import recompute
-from harness.planning import cells
+from harness.measure import cells
 from harness.planning import in_step
 from harness.planning import shards
 from harness.config import registry
@@ -145,7 +145,7 @@ def measure(workload: str, size_name: str, microbatches: list[int], repeats: int
                                    shards.stream(lm["d_model"]))
     measured = {**lm["layers"], "block_recompute": again, **parts}
     block, block_input = lm["layers"]["block"]
-    # every cell of the profile timed in rounds (harness/planning/cells.py), so that the machine's
+    # every cell of the profile timed in rounds (harness/measure/cells.py), so that the machine's
     # drift moves their costs together and the planner's relative costs are free of it
     timed: dict[str, object] = {}
     for mb in microbatches:

@@ -31,7 +31,7 @@ repeat, and the record says why (`ab_unavailable`).
 Clock: the variant's record is the run's record (its steps, eval, breakdown, MLPerf log); the
 baseline side's raw step times and losses are kept in its `ab` section, with every block. With
 `probe_microbatch` every rank also times the layer profile's block after each pair, off the clock
-between barriers (harness/planning/probe.py: the machine's speed during the run, for a planner
+between barriers (harness/run/probe.py: the machine's speed during the run, for a planner
 check to price its plans with), kept in `ab.probe`.
 """
 from __future__ import annotations
@@ -171,9 +171,9 @@ class Interleaved:
         base_run, base_loader = loop._init(baseline_of(self.cfg, self.dist.world), self.workload, NullRecord(),
                                            self.dist)
         self.a = _Side("A", base_run, base_loader, _Rng(self.cuda))
-        self.probe = None  # the profile's block timed between pairs (harness/planning/probe.py), on request
+        self.probe = None  # the profile's block timed between pairs (harness/run/probe.py), on request
         if self.cfg.probe_microbatch:
-            from harness.planning.probe import Probe
+            from harness.run.probe import Probe
             self.probe = Probe(self.workload, self.workload.sizes[self.cfg.size], self.cfg.probe_microbatch)
 
     def close(self) -> None:

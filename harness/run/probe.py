@@ -11,7 +11,7 @@ profiles of the same ranks, both kinds moving together, while every rank's wall 
 second held at 1/quota (1.98-1.99 and 3.96-3.98): the quota was steady, the work per CPU second
 was not. Two profiles fifteen minutes apart priced the 0.25-CPU pair's own job 14.07 and 16.16 s,
 and it ran 15.57 and 15.75 s in the checks right after each. The profile's cells are visited in
-rounds so drift moves them together (harness/planning/cells.py); this carries one of them into
+rounds so drift moves them together (harness/measure/cells.py); this carries one of them into
 the check, visited in the check's rounds.
 
 The cell is the profile's: the workload's `profile_layers` block (a pipeline stage of one block)
@@ -31,7 +31,7 @@ import torch
 
 from harness.config import registry
 from harness.config.errors import UsageError
-from harness.planning import cells
+from harness.measure import cells
 
 CELL = "block"  # the profile's layer kind timed (profile.measure's rows of the same name)
 
