@@ -43,6 +43,7 @@ def test_an_interleaved_run_times_the_profiles_block_once_after_every_pair(env, 
     ({"probe_microbatch": 4}, "applies to interleaved runs"),
     ({"probe_microbatch": 4, "interleave": True, "workload": "cosmoflow"}, "of a workload with a layer profile (lm)"),
     ({"probe_microbatch": -1, "interleave": True}, "probe_microbatch must be >= 0"),
+    ({"probe_microbatch": 4, "interleave": True, "device": "cuda"}, "device=cpu runs only"),
 ])
 def test_a_probe_where_there_is_nothing_to_probe_is_refused_by_name(sets, says):
     with pytest.raises(UsageError, match=says.replace("(", r"\(").replace(")", r"\)")):

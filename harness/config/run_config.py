@@ -181,6 +181,8 @@ class RunConfig:
         if self.probe_microbatch and (not self.interleave or registry.capability(wl, "profile_layers") is None):
             raise UsageError(f"probe_microbatch applies to interleaved runs (interleave=true) of a workload with a layer "
                              f"profile ({', '.join(registry.supporting('profile_layers'))}); got {brief(self.probe_microbatch)}")
+        if self.probe_microbatch and self.device != "cpu":  # its cell is timed on the host, in CPU seconds
+            raise UsageError("probe_microbatch times the host CPU (harness/run/probe.py): device=cpu runs only")
         if not math.isfinite(self.max_seconds) or self.max_seconds < 0:
             raise UsageError(f"max_seconds must be a finite number >= 0 (0 = no cap); got {self.max_seconds}")
         if not 1 <= self.seed <= SEED_MAX:
