@@ -45,12 +45,13 @@ def calibration_from(si: dict) -> dict[str, float]:
     return {k: round(si["kind_steps_s"][k] / si["kind_steps_predicted_s"][k], 4) for k in si["kind_steps_s"]}
 
 
-def calibrated_inventory(inv: Path, calibration: dict[str, float]) -> Path:
-    """A copy of an inventory (inv-<shape>...-r0.yaml) with each kind's calibration: inv-<shape>-cal...-r0.yaml."""
+def calibrated_inventory(inv: Path, calibration: dict[str, float], out: Path | None = None) -> Path:
+    """A copy of an inventory with each kind's calibration, at `out` (default: inv-<shape>...-r0.yaml's
+    copy is inv-<shape>-cal...-r0.yaml)."""
     import yaml
     d = yaml.safe_load(inv.read_text())
     for dev in d["devices"]:
         dev["calibration"] = calibration[dev["kind"]]
-    out = inv.with_name(inv.name.replace("inv-dp", "inv-dp-cal").replace("inv-pp", "inv-pp-cal"))
+    out = out or inv.with_name(inv.name.replace("inv-dp", "inv-dp-cal").replace("inv-pp", "inv-pp-cal"))
     out.write_text(yaml.safe_dump(d))
     return out

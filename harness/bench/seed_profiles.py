@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 from harness.bench.planner_jobs import SIZE, predict, profile_ranks
-from harness.bench.seed_inputs import profiled
+from harness.bench.seed_inputs import calibrated_inventory, profiled
 from harness.parallel import cpu_quota as rank_cpu
 
 
@@ -124,11 +124,7 @@ def priced_in_check(tmp: Path, jobs: dict, tag: str, records: list[dict], rank_k
         return {"probe_skipped": f"{type(e).__name__}: {e}"[:300]}
     steps: dict[str, float | None] = {}
     for name, (p, _) in jobs.items():
-        d = yaml.safe_load(invs[name].read_text())
-        for dev in d["devices"]:
-            dev["calibration"] = probe["factors"][dev["kind"]]
-        inv = invs[name].with_name(f"inv{tag}-probe-{name}.yaml")
-        inv.write_text(yaml.safe_dump(d))
+        inv = calibrated_inventory(invs[name], probe["factors"], invs[name].with_name(f"inv{tag}-probe-{name}.yaml"))
         try:
             steps[name] = round(predict(p, inv, tmp), 4)
         except PlanError:
