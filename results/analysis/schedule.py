@@ -20,7 +20,9 @@ Model (what the harness runs: harness/parallel/pipeline.py over torch.distribute
   then alternates one forward and one backward, then the remaining backwards;
 - after its last backward, each stage all-reduces its gradients over its data-parallel group
   (no overlap with the backward: torch's replicate and FSDP2 under a pipeline reduce once, when
-  the schedule ends) and steps its optimizer. The step ends when the slowest stage does.
+  the schedule ends) and steps its optimizer. The step ends when the slowest stage does;
+- a stage whose rank is held to a CPU quota (the harness's unequal ranks) gets part of each wait
+  back in the operation after it (quota_credit): the wait spent time it would have sat throttled.
 """
 from __future__ import annotations
 
@@ -45,10 +47,16 @@ class Op(NamedTuple):  # a tuple: run_events also takes plain 4-tuples (simulate
     lag_s: float = 0.0            # added to that end before this one may start (a send)
 
 
-def run_events(workers: Mapping[Hashable, Sequence[Op]]) -> tuple[dict, dict]:
+def run_events(workers: Mapping[Hashable, Sequence[Op]],
+               quota: Mapping[Hashable, tuple[float, float]] | None = None) -> tuple[dict, dict]:
     """Each worker runs its operations in the given order; one starts when its worker is free
     and the operation it waits for has ended (plus the lag). Returns (end time per operation
-    key, each worker's finish time). Raises Deadlock if the orders cannot all be followed."""
+    key, each worker's finish time). Raises Deadlock if the orders cannot all be followed.
+
+    quota: {worker: (period_s, throttled share)} for a worker held to a CPU quota (throttled share
+    1 - its CPUs): an operation that starts after the worker waited g seconds ends
+    quota_credit(g, ...) sooner (the quota it did not spend while waiting)."""
+    quota = quota or {}
     done: dict = {}
     free = {w: 0.0 for w in workers}
     nxt = {w: 0 for w in workers}
@@ -57,6 +65,7 @@ def run_events(workers: Mapping[Hashable, Sequence[Op]]) -> tuple[dict, dict]:
         moved = False
         for w, ops in workers.items():
             i, t, n = nxt[w], free[w], len(ops)
+            held = quota.get(w)
             while i < n:
                 key, seconds, after, lag = ops[i]  # an Op or a plain 4-tuple (simulate's, for speed)
                 if after is not None:
@@ -64,6 +73,8 @@ def run_events(workers: Mapping[Hashable, Sequence[Op]]) -> tuple[dict, dict]:
                         break
                     ready = done[after] + lag
                     if ready > t:
+                        if held is not None:
+                            seconds -= quota_credit(ready - t, seconds, *held)
                         t = ready
                 t += seconds
                 done[key] = t
@@ -74,6 +85,21 @@ def run_events(workers: Mapping[Hashable, Sequence[Op]]) -> tuple[dict, dict]:
         if not moved:
             raise Deadlock("schedule deadlocked (an order no stage can follow)")
     return done, free
+
+
+def quota_credit(gap_s: float, seconds: float, period_s: float, throttled: float) -> float:
+    """How much sooner an operation of `seconds` (its wall time held to a CPU quota, throttled the
+    `throttled` share of each period) ends when its rank waited gap_s before it: CFS bandwidth
+    control gives a group its quota anew every period and counts only what it runs, so a wait
+    spends time the rank would have sat throttled anyway, and the operation after it runs unheld
+    until the period's quota is used. At most one period (the quota does not carry over: no
+    cpu.cfs_burst_us), and at most what the operation would gain running wholly unheld.
+    Measured (2026-12-07, AMD EPYC, a busy loop in a harness-<pid> group, 10 ms period, 15-40
+    segments a point): at 0.5 CPU a wait of 1, 3, 5, 7.5 ms took 1.06, 2.95, 4.94, 7.3 ms off the
+    next 10-100 ms of compute, a wait of 20 or 100 ms 9.2-9.5 ms; at 0.25 CPU 3, 7.5, 10 ms took
+    2.9-3.1, 7.2-7.6, 9.4-9.5 ms off, 20-100 ms 9.0-9.5 (12.5 and 15 ms up to 14.4: a period
+    restarting after an idle one; not modelled)."""
+    return min(gap_s, period_s, seconds * throttled)
 
 
 @dataclass(frozen=True)
@@ -90,6 +116,10 @@ class StageCost:
     # where the transfer runs beside compute (a GPU's copy engines), so only the send's lag counts
     fwd_exchange_s: float = 0.0
     bwd_exchange_s: float = 0.0
+    # the CPU quota this stage's rank is held to: its period (0: not held) and the CPUs it may use
+    # each period (run_events' quota: a wait before an operation is partly paid back)
+    quota_period_s: float = 0.0
+    quota_cpus: float = 1.0
 
 
 def order(schedule: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
@@ -153,7 +183,9 @@ def simulate(schedule: str, costs: list[StageCost], m: int, draw: Callable[[floa
                 seq.append((bkey[s] + i, (c.bwd_s if draw is None else draw(c.bwd_s, c.cv_bwd)) + c.bwd_exchange_s,
                             b_after + i, lag_back))
         workers[s] = seq
-    _, finish = run_events(workers)
+    held = {s: (c.quota_period_s, 1.0 - c.quota_cpus) for s, c in enumerate(costs)
+            if c.quota_period_s > 0 and c.quota_cpus < 1}
+    _, finish = run_events(workers, held)
     free = [finish[s] for s in range(p)]
     pipeline_s = max(free)
     busy = [m * (c.fwd_s + c.bwd_s) for c in costs]

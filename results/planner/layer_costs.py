@@ -86,7 +86,8 @@ class Costs:
                  grad_copy_s_per_byte: float = 0.0, grad_accumulate_s_per_byte: float = 0.0,
                  shares: dict | None = None,
                  in_step: dict | None = None, tp_splits: tuple[str, ...] = KINDS,
-                 spread: dict[str, list[tuple[int, float]]] | None = None, exchange_occupancy: float = 0.0):
+                 spread: dict[str, list[tuple[int, float]]] | None = None, exchange_occupancy: float = 0.0,
+                 quota: tuple[float, float] | None = None):
         self.name, self.params, self.n_blocks = name, params, n_blocks
         self.boundary_bytes_per_sample = boundary_bytes_per_sample
         self.state_bytes_per_param, self.grad_bytes_per_param = state_bytes_per_param, grad_bytes_per_param
@@ -127,6 +128,9 @@ class Costs:
         # their boundaries' sends are priced 1.9-2.0 and 1.4 ms. An estimate (a GPU what-if) is 0:
         # copy engines move the data beside compute.
         self.exchange_occupancy = exchange_occupancy
+        # (period s, CPUs) of the CPU quota the profiled rank was held to, None where it was not:
+        # a pipeline stage on such a rank gets part of each wait back (schedule.quota_credit)
+        self.quota = quota
 
     def fwd(self, kind: str, b: float) -> float:
         if self._times is not None:
@@ -359,7 +363,7 @@ def from_profile(name: str, record: Path) -> Costs:
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  # profiles older than the key: the LM's plan has only ever split the blocks
                  tp_splits=tuple(s.get("tp_splits", ["block"])), spread=_spread(s["layers"].get("block", [])),
-                 exchange_occupancy=exchange_occupancy(s),
+                 exchange_occupancy=exchange_occupancy(s), quota=held_quota(s),
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
                         f"{', cpus ' + str(s['constraint']['cpus']) if s['constraint'].get('cpus') else ''}; "
@@ -373,6 +377,15 @@ def exchange_occupancy(summary: dict) -> float:
     """A profiled CPU rank's seconds busy per second of a pipeline exchange (Costs.exchange_occupancy):
     its wall per CPU second where it was held to a quota and timed by CPU seconds, else 1."""
     return (summary.get("timed") or {}).get("wall_per_cpu") or 1.0
+
+
+def held_quota(summary: dict) -> tuple[float, float] | None:
+    """(period s, CPUs) of the quota a profile's rank was held to (cpu_quota.Quota.describe, the
+    summary's constraint), None where it ran unheld or the profile predates the period's key."""
+    c = summary.get("constraint") or {}
+    if not c.get("cpus") or not c.get("cfs_period_us"):
+        return None
+    return c["cfs_period_us"] / 1e6, float(c["cpus"])
 
 
 def _spread(rows: list[dict]) -> dict[str, list[tuple[int, float]]] | None:

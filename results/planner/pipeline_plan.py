@@ -171,10 +171,12 @@ def _stage_costs(stages: list[dict], costs, links: LinkModel, b: int, dp: int, r
             reduce_s += links.among(ends).all_reduce_s(c.tied_params * c.grad_bytes_per_param, 2, relay(*ends))
         # replicate's copies of the stage's gradients into its buckets and back, with the optimizer
         copy_s = c.grad_copy_s(st["params"]) if dp > 1 else 0.0
+        period, cpus = c.quota or (0.0, 1.0)  # a rank held to a CPU quota gets part of each wait back
         sc.append(StageCost(st["fwd_s"], st["bwd_s"], sends[s], reduce_s,
                             c.optimizer_s_per_param * st["params"] + copy_s, *c.cv(b),
                             fwd_exchange_s=sends[s] * c.exchange_occupancy,
-                            bwd_exchange_s=sends[s - 1] * c.exchange_occupancy if s > 0 else 0.0))
+                            bwd_exchange_s=sends[s - 1] * c.exchange_occupancy if s > 0 else 0.0,
+                            quota_period_s=period, quota_cpus=cpus))
     return sc
 
 

@@ -106,6 +106,7 @@ class GroupCosts(Costs):
         self.measured = base.measured
         self._spread = base._spread  # a member's block runs as noisily as the whole block (not measured apart)
         self.exchange_occupancy = base.exchange_occupancy  # a member does its stage's exchanges on its own core
+        self.quota = base.quota  # and is held as its kind's rank was
         dims = [(d, v) for d, v in (("tp", g.tp), ("cp", g.cp)) if v > 1]
         self.measured_shards = [f"{d}{v}" for d, v in dims if base.shard_fraction(d, v, 1, False) is not None]
         told = ", ".join(f"{d}{v} compute {'measured' if f'{d}{v}' in self.measured_shards else f'/ {v}'}"
