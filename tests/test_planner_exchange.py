@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from results.analysis import schedule as step_sim
-from results.planner import inventory, layer_costs, pipeline_plan
+from results.planner import inventory, layer_costs, pipeline_plan, profile_figures
 from results.planner import search as planner
 from results.planner.links import LinkModel
 from tests.test_planner import _inv, _linear
@@ -77,9 +77,9 @@ def test_the_planner_prices_each_exchange_at_the_boundarys_send_times_the_kinds_
 
 
 def test_a_profiles_occupancy_is_its_wall_per_cpu_second_or_one():
-    assert layer_costs.exchange_occupancy({"timed": {"wall_per_cpu": 3.92}}) == 3.92
-    assert layer_costs.exchange_occupancy({"timed": {"wall_per_cpu": None}}) == 1.0  # not held to a quota
-    assert layer_costs.exchange_occupancy({}) == 1.0  # a profile older than the figure
+    assert profile_figures.exchange_occupancy({"timed": {"wall_per_cpu": 3.92}}) == 3.92
+    assert profile_figures.exchange_occupancy({"timed": {"wall_per_cpu": None}}) == 1.0  # not held to a quota
+    assert profile_figures.exchange_occupancy({}) == 1.0  # a profile older than the figure
     assert _linear("x", 0.01).exchange_occupancy == 0.0  # not from a profile: as an estimate, none
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from results.analysis import schedule as step_sim
-from results.planner import layer_costs
+from results.planner import layer_costs, profile_figures
 from results.planner import pipeline_plan
 from results.planner import search as planner
 from results.planner.links import LinkModel
@@ -53,7 +53,7 @@ def test_handoffs_cost_more_than_the_mean_durations_and_more_with_more_spread(sc
 def test_a_profiles_passes_give_the_blocks_spread_at_each_microbatch():
     rows = [{"microbatch": 1, "fwd_samples_s": [0.9, 1.0, 1.1], "bwd_samples_s": [2.0, 2.0, 2.0]},
             {"microbatch": 4, "fwd_samples_s": [3.0, 4.0, 5.0], "bwd_samples_s": [7.0, 8.0, 9.0]}]
-    spread = layer_costs._spread(rows)
+    spread = profile_figures.spread(rows)
     assert spread["fwd"][0] == (1, pytest.approx(math.sqrt(2 / 3) * 0.1 / 1.0))
     assert spread["bwd"][0] == (1, 0.0)
     c = _linear("x", 0.01)
@@ -61,7 +61,7 @@ def test_a_profiles_passes_give_the_blocks_spread_at_each_microbatch():
     c._spread = spread
     assert c.cv(1) == spread["fwd"][0][1:] + spread["bwd"][0][1:]
     assert c.cv(16) == spread["fwd"][1][1:] + spread["bwd"][1][1:]  # beyond the profiled sizes: the nearest
-    assert layer_costs._spread([{**rows[0], "fwd_samples_s": [1.0, 1.0]}]) is None  # too few passes for a spread
+    assert profile_figures.spread([{**rows[0], "fwd_samples_s": [1.0, 1.0]}]) is None  # too few passes for a spread
 
 
 def test_a_pipeline_plan_prices_its_expected_step_beside_the_typical_one(tmp_path):

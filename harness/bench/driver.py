@@ -29,6 +29,8 @@ group_shards: harness/bench/group_shards.py (real tp2 and cp2 pairs against DDP 
 beside the planner's prediction with the profiled group member's block and with the even split).
 tp_step: harness/bench/tp_step.py (a real tp2 step split: the member's compute, waiting at the collectives,
 the activations' transfer in the step against the same all-reduces alone, DTensor's own cost).
+quota_gap: harness/bench/quota_gap.py (a rank held to a CPU quota: compute after a wait runs faster than the
+quota's rate, measured beside the pipeline simulator's quota_credit).
 store_scale: harness/bench/store_scale.py (stores of 1k, 10k and 100k runs on sqlite and PostgreSQL: the
 sweep table, one sweep's load_runs(), every run's, Overview's first render).
 data_wait_share: share of step time spent waiting for data, per loader path.
@@ -65,6 +67,7 @@ from harness.bench import paired as perf_paired
 from harness.bench import parallel as perf_parallel
 from harness.bench import pipeline as perf_pipeline
 from harness.bench import planner as perf_planner
+from harness.bench import quota_gap as perf_quota_gap
 from harness.bench import recompute as perf_recompute
 from harness.bench import roofline as perf_roofline
 from harness.bench import store_postgres as perf_store_pg
@@ -198,7 +201,7 @@ BENCHMARKS = {"harness_overhead": harness_overhead, "loader_throughput": perf_lo
               "recompute": perf_recompute.recompute_bench, "context_parallel": perf_cp.context_parallel_bench,
               "store_postgres": perf_store_pg.concurrent_ingest, "store_scale": perf_store_scale.store_scale,
               "ddp_overlap": perf_overlap.ddp_overlap_bench, "group_shards": perf_group_shards.group_shards_bench,
-              "tp_step": perf_tp_step.tp_step_bench}
+              "tp_step": perf_tp_step.tp_step_bench, "quota_gap": perf_quota_gap.quota_gap_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

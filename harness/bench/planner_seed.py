@@ -128,7 +128,7 @@ def planner_seed_bench(ratio: float = 2.0, batch: int = 24, rounds: int = 2,
             profiles = seed_profiles.profile(held, tmp, kinds, r)
             out.setdefault("profiled", []).append(profiled(profiles))
             if r == 0:
-                split_gb = min(_split_memory_gb(p) for p in profiles.values())
+                split_gb = min(_split_memory_gb(p[0]) for p in profiles.values())  # twins hold alike
                 memory = {"dp": 4.0, "pp": split_gb}
             for shape in shapes:
                 inv = seed_profiles.inventory

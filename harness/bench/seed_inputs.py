@@ -28,13 +28,18 @@ def profiled(profiles: dict[str, Path]) -> dict:
     (the pipelines') and 8 (data parallel's fast share), how many of its figures reached the
     precision target, and the quota it was held to (so a round that profiled fast can be explained)."""
     from results.planner.layer_costs import from_profile
+    from results.planner.pooled import pooled
     out = {}
-    for k, d in profiles.items():
-        c, s = from_profile(k, d), json.loads((d / "summary.json").read_text())
-        rows = [r for rs in s["layers"].values() for r in rs]
+    for k, given in profiles.items():
+        recs = [Path(x) for x in given] if isinstance(given, (list, tuple)) else [Path(given)]  # its ranks'
+        c = pooled([from_profile(k, d) for d in recs])
+        sums = [json.loads((d / "summary.json").read_text()) for d in recs]
+        rows = [r for s in sums for rs in s["layers"].values() for r in rs]
         out[k] = {"sample_s_mb1": round(c.sample_s(1), 4), "sample_s_mb8": round(c.sample_s(8), 4),
                   "precise": f"{sum(r.get('ended_by') == 'precision' for r in rows)} of {len(rows)}",
-                  "constraint": s.get("constraint"), "record": d.name}
+                  "constraint": sums[0].get("constraint"), "record": ", ".join(d.name for d in recs),
+                  **({"sample_s_mb1_per_record": [round(from_profile(k, d).sample_s(1), 4) for d in recs]}
+                     if len(recs) > 1 else {})}
     return out
 
 

@@ -17,6 +17,7 @@ that profile are scaled by its probe's mean over the profile's mean for the same
 moved between the profile and the check (harness/run/probe.py has the figures)."""
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -30,24 +31,37 @@ def held(env: dict, kinds: dict[str, float]) -> dict:
     return {**env, rank_cpu.ENV: ",".join(f"{c:g}" for c in kinds.values() for _ in range(2))}
 
 
-def inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path], memory_gb: float,
+def kind_records(profile: Path | list[Path]) -> list[Path]:
+    """A kind's profile records: one, or its two ranks' (profile)."""
+    return [Path(x) for x in profile] if isinstance(profile, (list, tuple)) else [Path(profile)]
+
+
+def inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path | list[Path]], memory_gb: float,
               only: str | None = None) -> Path:
-    """Two devices of each kind (or of `only`); collectives among one kind's pair priced from the
-    records measured on that pair (tmp/comm-<kind>: planner_seed._measure_kind_links), the rest
-    from the four ranks'."""
+    """Two devices of each kind (or of `only`), each kind priced from its profile record or records
+    (a list: its ranks', pooled: results/planner/pooled.py); collectives among one kind's pair priced
+    from the records measured on that pair (tmp/comm-<kind>: planner_seed._measure_kind_links), the
+    rest from the four ranks'."""
     here = [k for k in kinds if only in (None, k)]
     own = ", ".join(f"{k}: {path.parent / f'comm-{k}'}" for k in here)
+
+    def named(k: str) -> str:
+        got = kind_records(profiles[k])
+        return str(got[0]) if len(got) == 1 else json.dumps([str(r) for r in got])  # a JSON list is YAML
     path.write_text("devices:\n" + "".join(
-        f"  - {{kind: {k}, count: 2, memory_gb: {memory_gb:.6g}, profile: {profiles[k]}}}\n" for k in here)
+        f"  - {{kind: {k}, count: 2, memory_gb: {memory_gb:.6g}, profile: {named(k)}}}\n" for k in here)
         + f"links: {{collectives: measured, backend: gloo, kinds: {{{own}}}}}\n")
     return path
 
 
-def profile(held_env: dict, tmp: Path, kinds: dict[str, float], tag: int | str) -> dict[str, Path]:
+def profile(held_env: dict, tmp: Path, kinds: dict[str, float], tag: int | str) -> dict[str, list[Path]]:
     """All four ranks profiled at once into tmp/round<tag>, each held to its quota; each kind's
-    record (its first rank's: ranks 2i and 2i + 1 are the i-th kind, as `held` holds them)."""
+    records, both of its ranks' (ranks 2i and 2i + 1 are the i-th kind, as `held` holds them),
+    priced pooled. Why both: until 2026-12-07 a kind was priced from its first rank's record, and
+    the two ranks of one kind, profiled side by side, read LM small's block at microbatch 1 95.2
+    and 80.0 ms a sample (0.5 CPU, AMD EPYC): one rank's profile carries its own noise."""
     ranks = profile_ranks(held_env, tmp / f"round{tag}", 4, "lm", SIZE)
-    return {k: ranks[2 * i] for i, k in enumerate(kinds)}
+    return {k: [ranks[2 * i], ranks[2 * i + 1]] for i, k in enumerate(kinds)}
 
 
 def priced_now(env: dict, tmp: Path, kinds: dict[str, float], jobs: dict, memory_gb: float, tag: str) -> dict:
@@ -74,15 +88,19 @@ def priced_now(env: dict, tmp: Path, kinds: dict[str, float], jobs: dict, memory
 PROBE_MB = 4
 
 
-def block_cpu_s(profile: Path, microbatch: int = PROBE_MB) -> float:
+def block_cpu_s(profile: Path | list[Path], microbatch: int = PROBE_MB) -> float:
     """The profile's block at `microbatch`: mean forward + mean backward CPU seconds over its visits
-    (cells.Layer by_cpu; the figure its row prices at the rank's wall per CPU second)."""
+    (cells.Layer by_cpu; the figure its row prices at the rank's wall per CPU second); over a
+    kind's records, the mean of theirs (as pooled prices it)."""
     from results.record import schema
-    rows = schema.read_record(profile)["summary"]["layers"]["block"]  # the records' validating reader
-    row = next((r for r in rows if r.get("microbatch") == microbatch), None)
-    if row is None:
-        raise ValueError(f"{profile.name}: no block figure at microbatch {microbatch}")
-    return statistics.fmean(row["fwd_cpu_samples_s"]) + statistics.fmean(row["bwd_cpu_samples_s"])
+    got = []
+    for rec in kind_records(profile):
+        rows = schema.read_record(rec)["summary"]["layers"]["block"]  # the records' validating reader
+        row = next((r for r in rows if r.get("microbatch") == microbatch), None)
+        if row is None:
+            raise ValueError(f"{rec.name}: no block figure at microbatch {microbatch}")
+        got.append(statistics.fmean(row["fwd_cpu_samples_s"]) + statistics.fmean(row["bwd_cpu_samples_s"]))
+    return statistics.fmean(got)
 
 
 def probe_factors(records: list[dict], rank_kinds: list[str], profiles: dict[str, Path]) -> dict:
@@ -116,7 +134,7 @@ def priced_in_check(tmp: Path, jobs: dict, tag: str, records: list[dict], rank_k
     from results.planner.inventory import PlanError
     from results.record.schema import RecordError
     invs = {name: tmp / f"inv{tag}-{name}.yaml" for name in jobs}
-    profiles = {d["kind"]: Path(d["profile"]) for d in yaml.safe_load(invs["mixed"].read_text())["devices"]}
+    profiles = {d["kind"]: kind_records(d["profile"]) for d in yaml.safe_load(invs["mixed"].read_text())["devices"]}
     try:
         probe = probe_factors(records, rank_kinds, profiles)
     except (RecordError, KeyError, TypeError, ValueError, ZeroDivisionError, statistics.StatisticsError) as e:

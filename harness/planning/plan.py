@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.config.errors import UsageError
 from harness.run.record import unique_stamp
 from results.planner import inventory as inv_mod
-from results.planner import layer_costs
+from results.planner import layer_costs, pooled
 from results.planner import report as plan_report
 from results.planner import search as planner
 from results.planner.links import LinkModel
@@ -47,9 +47,14 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
     out = {}
     for d in inv.devices:
         if d.profile is not None:
-            c = layer_costs.from_profile(d.kind, d.profile)
-            if c.model != f"{workload}/{size}":
-                raise UsageError(f"device {d.kind}: its profile is of {c.model}, not {workload}/{size}")
+            each = [layer_costs.from_profile(d.kind, r) for r in (d.profile, *d.more_profiles)]
+            for c in each:
+                if c.model != f"{workload}/{size}":
+                    raise UsageError(f"device {d.kind}: its profile is of {c.model}, not {workload}/{size}")
+            try:
+                c = pooled.pooled(each)  # a kind profiled on several of its devices: their mean
+            except ValueError as e:
+                raise UsageError(f"device {d.kind}: {e}") from None
         else:
             c = layer_costs.from_shape(d.kind, _shape(workload, size), d.peak_flop_s, replicas)
         out[d.kind] = c.scaled(d.calibration)

@@ -4,7 +4,8 @@
       - kind: full-core          # a name
         count: 1                 # devices of this kind (>= 1)
         memory_gb: 4             # memory per device
-        profile: results/profiles/profile-lm-small-cpus1.0-...   # measured (harness profile), or
+        profile: results/profiles/profile-lm-small-cpus1.0-...   # measured (harness profile; or a list of
+                                 #   records, this kind's devices profiled at once: averaged), or
       - kind: H100
         count: 500
         memory_gb: 80
@@ -62,6 +63,9 @@ class DeviceKind:
     count: int
     memory_bytes: float
     profile: Path | None = None      # a measured profile record's folder
+    # more records of this kind, profiled at once on its other devices: their figures are averaged
+    # with the first's (results/planner/pooled.py)
+    more_profiles: tuple[Path, ...] = ()
     peak_flop_s: float | None = None  # vendor peak x assumed efficiency (an estimate)
     efficiency: float | None = None
     library: str | None = None       # collective library; None: shares one with every kind
@@ -129,6 +133,22 @@ def _unknown(where: str, d: dict, allowed: tuple[str, ...]) -> None:
         raise PlanError(f"{where}: unknown field {extra[0]!r}; valid: {', '.join(allowed)}")
 
 
+def _profiles(where: str, given: object, base: Path | None) -> tuple[Path, ...]:
+    """A device kind's profile records: one path, or a list of them (its devices profiled at once,
+    pooled: results/planner/pooled.py), each relative to the inventory's folder unless absolute."""
+    items = given if isinstance(given, list) else [given]
+    if not items or len(items) > 64 or not all(isinstance(x, (str, Path)) and str(x) for x in items):
+        raise PlanError(f"{where}: profile must be a profile record's folder or a list of 1-64 of them; got {given!r}")
+    paths = []
+    for x in items:
+        path = Path(str(x))
+        path = path if path.is_absolute() or base is None else base / path
+        if not (path / schema.SUMMARY).exists():
+            raise PlanError(f"{where}: profile {x} is not a profile record (harness profile writes them)")
+        paths.append(path)
+    return tuple(paths)
+
+
 def _library(where: str, dev: dict) -> str | None:
     lib = dev.get("library")
     if lib is not None and (not isinstance(lib, str) or not lib.strip()):
@@ -171,12 +191,10 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
         if "profile" in dev:
             if "peak_tflops" in dev or "efficiency" in dev:
                 raise PlanError(f"{where}: give a measured profile or a peak_tflops estimate, not both")
-            path = Path(str(dev["profile"]))
-            path = path if path.is_absolute() or base is None else base / path
-            if not (path / schema.SUMMARY).exists():
-                raise PlanError(f"{where}: profile {dev['profile']} is not a profile record (harness profile writes them)")
-            devices.append(DeviceKind(dev["kind"], count, mem, profile=path, library=_library(where, dev),
-                                      calibration=_calibration(where, dev), **_node(where, dev)))
+            paths = _profiles(where, dev["profile"], base)
+            devices.append(DeviceKind(dev["kind"], count, mem, profile=paths[0], more_profiles=paths[1:],
+                                      library=_library(where, dev), calibration=_calibration(where, dev),
+                                      **_node(where, dev)))
         else:
             peak = _positive(where, "peak_tflops", dev.get("peak_tflops"))
             eff = _positive(where, "efficiency", dev.get("efficiency"))

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import bisect
 import copy
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from results.planner.profile_figures import exchange_occupancy, held_quota, spread
 from results.record import schema
 
 KINDS = ("embedding", "block", "head")  # the layer kinds a profile times and the planner prices
@@ -362,7 +362,7 @@ def from_profile(name: str, record: Path) -> Costs:
                           for k, rows in s.get("in_step", {}).items() if isinstance(rows, list) and rows},
                  recompute_per_sample=s["boundary_bytes_per_sample"], measured=True, tied_params=s["tied_params"],
                  # profiles older than the key: the LM's plan has only ever split the blocks
-                 tp_splits=tuple(s.get("tp_splits", ["block"])), spread=_spread(s["layers"].get("block", [])),
+                 tp_splits=tuple(s.get("tp_splits", ["block"])), spread=spread(s["layers"].get("block", [])),
                  exchange_occupancy=exchange_occupancy(s), quota=held_quota(s),
                  model=f"{s['workload']}/{s['size']}",
                  source=f"profile {record.name} ({s['workload']}/{s['size']}, {s['constraint'].get('how')}"
@@ -371,32 +371,6 @@ def from_profile(name: str, record: Path) -> Costs:
                         + "".join(f"; {n} measured" for n, v in s.get("shards", {}).items() if v == "measured")
                         + "".join(f"; {n} group timed" for n, v in s.get("in_step", {}).items() if isinstance(v, list))
                         + ")")
-
-
-def exchange_occupancy(summary: dict) -> float:
-    """A profiled CPU rank's seconds busy per second of a pipeline exchange (Costs.exchange_occupancy):
-    its wall per CPU second where it was held to a quota and timed by CPU seconds, else 1."""
-    return (summary.get("timed") or {}).get("wall_per_cpu") or 1.0
-
-
-def held_quota(summary: dict) -> tuple[float, float] | None:
-    """(period s, CPUs) of the quota a profile's rank was held to (cpu_quota.Quota.describe, the
-    summary's constraint), None where it ran unheld or the profile predates the period's key."""
-    c = summary.get("constraint") or {}
-    if not c.get("cpus") or not c.get("cfs_period_us"):
-        return None
-    return c["cfs_period_us"] / 1e6, float(c["cpus"])
-
-
-def _spread(rows: list[dict]) -> dict[str, list[tuple[int, float]]] | None:
-    """Each profiled microbatch's pass-to-pass spread of a block (std / mean of its timed passes);
-    None where a row kept fewer than 3 passes (profiles before the samples were kept)."""
-    def cv(xs: list[float]) -> float:
-        return statistics.pstdev(xs) / statistics.fmean(xs)
-    rows = sorted(rows, key=lambda r: r["microbatch"])
-    if not rows or any(len(r.get(f"{d}_samples_s") or []) < 3 for r in rows for d in ("fwd", "bwd")):
-        return None
-    return {d: [(r["microbatch"], cv(r[f"{d}_samples_s"])) for r in rows] for d in ("fwd", "bwd")}
 
 
 def from_shape(name: str, shape: Shape, flop_s: float, sharded_dp: int = 0) -> Costs:
