@@ -23,7 +23,7 @@ def keep_inputs(tmp: Path, dest: Path) -> Path:
     return dest
 
 
-def profiled(profiles: dict[str, Path]) -> dict:
+def profiled(profiles: dict[str, Path | list[Path]]) -> dict:
     """What a round's profile says of each kind: whole-model seconds per sample at microbatch 1
     (the pipelines') and 8 (data parallel's fast share), how many of its figures reached the
     precision target, and the quota it was held to (so a round that profiled fast can be explained)."""
@@ -31,16 +31,21 @@ def profiled(profiles: dict[str, Path]) -> dict:
     from results.planner.pooled import pooled
     out = {}
     for k, given in profiles.items():
-        recs = [Path(x) for x in given] if isinstance(given, (list, tuple)) else [Path(given)]  # its ranks'
-        c = pooled([from_profile(k, d) for d in recs])
+        recs = kind_records(given)
+        each = [from_profile(k, d) for d in recs]
+        c = pooled(each)
         sums = [json.loads((d / "summary.json").read_text()) for d in recs]
         rows = [r for s in sums for rs in s["layers"].values() for r in rs]
         out[k] = {"sample_s_mb1": round(c.sample_s(1), 4), "sample_s_mb8": round(c.sample_s(8), 4),
                   "precise": f"{sum(r.get('ended_by') == 'precision' for r in rows)} of {len(rows)}",
                   "constraint": sums[0].get("constraint"), "record": ", ".join(d.name for d in recs),
-                  **({"sample_s_mb1_per_record": [round(from_profile(k, d).sample_s(1), 4) for d in recs]}
-                     if len(recs) > 1 else {})}
+                  **({"sample_s_mb1_per_record": [round(e.sample_s(1), 4) for e in each]} if len(each) > 1 else {})}
     return out
+
+
+def kind_records(profile: Path | list[Path]) -> list[Path]:
+    """A kind's profile records: one, or its two ranks' (seed_profiles.profile)."""
+    return [Path(x) for x in profile] if isinstance(profile, (list, tuple)) else [Path(profile)]
 
 
 def calibration_from(si: dict) -> dict[str, float]:

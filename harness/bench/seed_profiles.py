@@ -22,18 +22,13 @@ import statistics
 from pathlib import Path
 
 from harness.bench.planner_jobs import SIZE, predict, profile_ranks
-from harness.bench.seed_inputs import calibrated_inventory, profiled
+from harness.bench.seed_inputs import calibrated_inventory, kind_records, profiled
 from harness.parallel import cpu_quota as rank_cpu
 
 
 def held(env: dict, kinds: dict[str, float]) -> dict:
     """env with two ranks of each kind held to its quota, kind by kind in `kinds`' order."""
     return {**env, rank_cpu.ENV: ",".join(f"{c:g}" for c in kinds.values() for _ in range(2))}
-
-
-def kind_records(profile: Path | list[Path]) -> list[Path]:
-    """A kind's profile records: one, or its two ranks' (profile)."""
-    return [Path(x) for x in profile] if isinstance(profile, (list, tuple)) else [Path(profile)]
 
 
 def inventory(path: Path, kinds: dict[str, float], profiles: dict[str, Path | list[Path]], memory_gb: float,

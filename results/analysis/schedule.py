@@ -94,11 +94,10 @@ def quota_credit(gap_s: float, seconds: float, period_s: float, throttled: float
     spends time the rank would have sat throttled anyway, and the operation after it runs unheld
     until the period's quota is used. At most one period (the quota does not carry over: no
     cpu.cfs_burst_us), and at most what the operation would gain running wholly unheld.
-    Measured (2026-12-07, AMD EPYC, a busy loop in a harness-<pid> group, 10 ms period, 15-40
-    segments a point): at 0.5 CPU a wait of 1, 3, 5, 7.5 ms took 1.06, 2.95, 4.94, 7.3 ms off the
-    next 10-100 ms of compute, a wait of 20 or 100 ms 9.2-9.5 ms; at 0.25 CPU 3, 7.5, 10 ms took
-    2.9-3.1, 7.2-7.6, 9.4-9.5 ms off, 20-100 ms 9.0-9.5 (12.5 and 15 ms up to 14.4: a period
-    restarting after an idle one; not modelled)."""
+    Measured (`make perf` quota_gap, harness/bench/quota_gap.py; 2026-12-07, AMD EPYC, 10 ms
+    period): at 0.5 and 0.25 CPU waits of 1-7.5 ms came back whole to 0.5 ms, waits of 10-50 ms
+    9.0-9.5 ms; this within 1.03 ms of every point. Not modelled: waits of 12.5-15 ms at 0.25 CPU
+    took up to 14.4 ms off (a throwaway run; a period restarting after an idle one)."""
     return min(gap_s, period_s, seconds * throttled)
 
 
