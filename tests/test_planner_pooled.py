@@ -22,12 +22,15 @@ def _record(d: Path, block_s: float, microbatches=(1, 4), cpus: float | None = 0
     """A profile record as `harness profile` writes one, LM `size`, each layer linear in the
     microbatch (a block `block_s` a sample; forward a third of it), held to `cpus` at a 10 ms period."""
     d.mkdir(parents=True)
-    schema.write_json(d / schema.CONFIG, {"kind": schema.PROFILE_KIND, "run_id": d.name, "workload": "lm", "size": size})
+    schema.write_json(d / schema.CONFIG, {"kind": schema.PROFILE_KIND, "run_id": d.name, "workload": "lm",
+                                          "size": size})
     schema.write_json(d / schema.ENV, {})
     schema.open_record(d, 0.0)
-    rows = {k: [{"microbatch": b, "fwd_s": w * block_s * b / 3, "bwd_s": 2 * w * block_s * b / 3, "saved_bytes": 100 * b,
-                 "fwd_samples_s": [w * block_s * b / 3] * 3, "bwd_samples_s": [2 * w * block_s * b / 3] * 3}
-                for b in microbatches] for k, w in (("embedding", 0.1), ("block", 1.0), ("head", 0.5))}
+    def row(b: int, w: float) -> dict:
+        f = w * block_s * b / 3
+        return {"microbatch": b, "fwd_s": f, "bwd_s": 2 * f, "saved_bytes": 100 * b,
+                "fwd_samples_s": [f] * 3, "bwd_samples_s": [2 * f] * 3}
+    rows = {k: [row(b, w) for b in microbatches] for k, w in (("embedding", 0.1), ("block", 1.0), ("head", 0.5))}
     schema.close_record(d, {"workload": "lm", "size": size, "params": {"embedding": 1000, "block": 1000, "head": 10},
                             "n_blocks": 2, "boundary_bytes_per_sample": 1000, "state_bytes_per_param": 16,
                             "optimizer_s_per_param": 1e-6 * block_s, "tied_params": 0, "layers": rows,
