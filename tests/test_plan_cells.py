@@ -180,4 +180,4 @@ def test_a_seed_check_keeps_what_its_plans_were_made_from(tmp_path):
     assert (dest / "round0" / "profiles" / "profile-a" / "summary.json").exists()  # the dataset is not kept
     text = (dest / "inv-pp-r0.yaml").read_text()
     assert str(tmp) not in text and f"profile: {dest}/round0/profiles/profile-a" in text
-    assert inventory.load(dest / "inv-pp-r0.yaml").devices[0].profile == dest / "round0" / "profiles" / "profile-a"
+    assert inventory.load(dest / "inv-pp-r0.yaml").devices[0].profiles == (dest / "round0" / "profiles" / "profile-a",)

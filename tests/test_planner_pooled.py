@@ -65,7 +65,7 @@ def test_an_inventory_kind_takes_a_list_of_records_and_the_planner_prices_their_
     path.write_text(f"devices:\n  - {{kind: k, count: 2, memory_gb: 4, profile: [{one}, {two}]}}\n"
                     "links: {busbw_gb_per_s: 1, latency_us: 100}\n")
     inv = inventory.load(path)
-    assert (inv.devices[0].profile, inv.devices[0].more_profiles) == (one, (two,))
+    assert inv.devices[0].profiles == (one, two)
     got = costs_for(inv, "lm", "small")["k"]
     assert got.sample_s(4) == pytest.approx(layer_costs.from_profile("k", _record(tmp_path / "m", 0.02)).sample_s(4))
     assert got.quota == (0.01, 0.5) and got.optimizer_s_per_param == pytest.approx(2e-8)
@@ -95,7 +95,7 @@ def test_planner_seed_names_both_ranks_of_a_kind_and_reads_them_together(tmp_pat
     inv = seed_profiles.inventory(tmp_path / "inv.yaml", kinds, recs, 2.0)
     assert [d["profile"] for d in yaml.safe_load(inv.read_text())["devices"]] == [
         [str(p) for p in recs[k]] for k in kinds]
-    assert [d.more_profiles for d in inventory.load(inv).devices] == [(recs[k][1],) for k in kinds]
+    assert [d.profiles for d in inventory.load(inv).devices] == [tuple(recs[k]) for k in kinds]
     brief = seed_inputs.profiled(recs)
     assert brief["cpu0.5"]["record"] == "f0, f1" and brief["cpu0.5"]["sample_s_mb1_per_record"] == [
         pytest.approx(2.6 * x) for x in (0.01, 0.03)]  # 2 blocks, the embedding's 0.1 and the head's 0.5

@@ -46,8 +46,8 @@ def costs_for(inv: inv_mod.Inventory, workload: str, size: str) -> dict[str, lay
     replicas = reduce(math.gcd, (d.count for d in inv.devices)) if inv.optimizer_sharded else 0
     out = {}
     for d in inv.devices:
-        if d.profile is not None:
-            each = [layer_costs.from_profile(d.kind, r) for r in (d.profile, *d.more_profiles)]
+        if d.profiles:
+            each = [layer_costs.from_profile(d.kind, r) for r in d.profiles]
             for c in each:
                 if c.model != f"{workload}/{size}":
                     raise UsageError(f"device {d.kind}: its profile is of {c.model}, not {workload}/{size}")

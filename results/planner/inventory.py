@@ -62,10 +62,9 @@ class DeviceKind:
     kind: str
     count: int
     memory_bytes: float
-    profile: Path | None = None      # a measured profile record's folder
-    # more records of this kind, profiled at once on its other devices: their figures are averaged
-    # with the first's (results/planner/pooled.py)
-    more_profiles: tuple[Path, ...] = ()
+    # measured profile records' folders: one, or several of this kind's devices profiled at once,
+    # their figures averaged (results/planner/pooled.py); empty for an estimate
+    profiles: tuple[Path, ...] = ()
     peak_flop_s: float | None = None  # vendor peak x assumed efficiency (an estimate)
     efficiency: float | None = None
     library: str | None = None       # collective library; None: shares one with every kind
@@ -191,8 +190,7 @@ def parse(d, source: str = "", base: Path | None = None) -> Inventory:
         if "profile" in dev:
             if "peak_tflops" in dev or "efficiency" in dev:
                 raise PlanError(f"{where}: give a measured profile or a peak_tflops estimate, not both")
-            paths = _profiles(where, dev["profile"], base)
-            devices.append(DeviceKind(dev["kind"], count, mem, profile=paths[0], more_profiles=paths[1:],
+            devices.append(DeviceKind(dev["kind"], count, mem, profiles=_profiles(where, dev["profile"], base),
                                       library=_library(where, dev), calibration=_calibration(where, dev),
                                       **_node(where, dev)))
         else:

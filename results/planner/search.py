@@ -184,7 +184,7 @@ def alone_jobs(inv: Inventory, costs: dict[str, Costs], links: LinkModel, batch:
     seen: dict[tuple, tuple] = {}  # kinds alike in all but name plan alike: 10,000 one-device kinds, ~900 searches
     for d in inv.devices:
         b = max(1, round(batch * d.count / total))
-        same = (d.count, d.memory_bytes, d.peak_flop_s, d.profile, d.more_profiles, d.node_size,
+        same = (d.count, d.memory_bytes, d.peak_flop_s, d.profiles, d.node_size,
                 d.node_busbw_gb_per_s, b, costs[d.kind].source)
         if same not in seen:
             one = Inventory(devices=(d,), links=inv.links, optimizer_sharded=inv.optimizer_sharded)
