@@ -65,14 +65,29 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | s
                      max_leaves=12)
 
 
-@settings(max_examples=300, deadline=None)
-@given(replaced=st.dictionaries(st.sampled_from(sorted(AT_96)), _json, max_size=3))
+# AT_96 with every field a check may have: its steps, its prices again and its probe (made up)
+FULL_96 = {**AT_96, "steps_steady_s": {"mixed": [10.0, 10.5] * 5, "cpu0.5": [7.0, 7.3] * 5, "cpu0.25": [15.0] * 6},
+           "steps_priced_now_s": {"mixed": 10.0, "cpu0.5": 7.0, "cpu0.25": 15.5},
+           "steps_priced_in_check_s": {"mixed": 10.2, "cpu0.5": 7.2, "cpu0.25": 15.1},
+           "probe": {"factors": {"cpu0.5": 1.02, "cpu0.25": 0.99}, "ci95": {"cpu0.5": [0.99, 1.05], "cpu0.25": [0.97, 1.01]}}}
+
+
+@settings(max_examples=400, deadline=None)
+@given(replaced=st.dictionaries(st.sampled_from(sorted(FULL_96)), _json, max_size=3))
 def test_any_check_gives_rows_of_finite_positive_steps_or_none(replaced):
     """A real check with up to three of its fields replaced by any JSON value: rows of finite steps
-    > 0, or none; the real one's three rows where nothing was replaced."""
-    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved": {**AT_96, **replaced}})
+    > 0, or none, each interval finite and ordered around its error; the real one's three rows
+    where nothing was replaced."""
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved": {**FULL_96, **replaced}})
     assert all(math.isfinite(r["error"]) and r["predicted_s"] > 0 and r["measured_s"] > 0 for r in rows)
     assert len(rows) in (0, 3) and (replaced or len(rows) == 3)
+    for r in rows:
+        for f in ("error", "error_now", "error_in_check"):
+            if f"{f}_ci" in r:
+                lo, hi = r[f"{f}_ci"]
+                assert math.isfinite(lo) and math.isfinite(hi) and lo <= r[f] + 1e-12 and r[f] <= hi + 1e-12
+            assert seed_steps.standing(r, f) in ((None,) if f not in r else ("within", "beyond", "unresolved",
+                                                                              "no interval"))
     assert seed_steps.verdict(rows).startswith("Each plan's step") == bool(rows)
 
 
@@ -108,3 +123,62 @@ def test_a_price_for_the_speed_during_the_check_is_a_third_column_and_sentence()
         "+2.8%. That profile scaled by each kind's speed during the check: 1 of 2 within 5%; the furthest the "
         "cpu0.25 job in data parallel, at batch 96, +7.4%.")  # the 0.5-CPU job's +4.4% within
     assert seed_steps.within(rows, "error_in_check") is False and seed_steps.within(rows[:2], "error_in_check")
+
+
+# each job's steady steps in the check (ten a job: the order-statistics interval is the 2nd and 9th)
+FAST_STEPS = [6.9, 7.0, 7.1, 7.15, 7.18, 7.19, 7.2, 7.3, 7.4, 7.5]  # [7.0, 7.4] about the 7.1859 measured
+SLOW_STEPS = [13.0, 13.5, 14.0, 14.5, 15.0, 15.1, 15.5, 16.0, 16.5, 17.0]  # [13.5, 16.5] about 15.0835
+
+
+def test_each_error_has_the_measured_steps_interval_and_a_miss_is_told_from_one_the_steps_cannot_resolve():
+    """The 0.5-CPU job priced 6.5779 s: -8.5%, its interval [6.5779 / 7.4 - 1, 6.5779 / 7.0 - 1] =
+    [-11.1%, -6.0%] wholly beyond 5%: a miss. The 0.25-CPU job priced 13.6677 s: -9.4%, but its
+    steps put it anywhere in [-17.2%, +1.2%]: not resolved. The mixed job kept no steps: no interval."""
+    si = {**AT_96, "steps_steady_s": {"cpu0.5": FAST_STEPS, "cpu0.25": SLOW_STEPS}}
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": si})
+    assert "measured_ci_s" not in rows[0] and rows[1]["measured_ci_s"] == (7.0, 7.4)
+    assert rows[1]["error_ci"] == pytest.approx((6.5779 / 7.4 - 1, 6.5779 / 7.0 - 1))
+    assert rows[2]["error_ci"] == pytest.approx((13.6677 / 16.5 - 1, 13.6677 / 13.5 - 1))
+    assert [seed_steps.standing(r) for r in rows] == ["no interval", "beyond", "unresolved"]
+    assert seed_steps.standing(rows[1], "error_now") is None  # not priced again: no standing
+    assert seed_steps.verdict(rows) == (
+        "Each plan's step inside the interleaved checks, against its price: 0 of 3 within 5% (1 beyond it at 95% "
+        "confidence, 1 not resolved by the measured steps, 1 without an interval); the furthest the mixed job in "
+        "data parallel, at batch 96, -11.6% (9.14 s priced, 10.34 s measured).")
+    # a job within 5% is within whatever its interval: the estimate is what the target names
+    near = {**si, "kind_steps_predicted_s": {"cpu0.5": 7.0, "cpu0.25": 13.6677}}
+    assert seed_steps.standing(seed_steps.steps({"global_batch": 24, "seed_interleaved": near})[1]) == "within"
+
+
+def test_the_price_scaled_by_the_probe_carries_the_probes_interval_too():
+    """log(price / measured) -+ the measured step's and the factor's log half-widths in quadrature:
+    a slow measured step or a low factor lowers the error. The mixed job takes its kinds' widest."""
+    probe = {"factors": {"cpu0.5": 1.0, "cpu0.25": 1.1}, "ci95": {"cpu0.5": [0.98, 1.02], "cpu0.25": [1.0, 1.2]}}
+    si = {**AT_96, "steps_steady_s": {"mixed": [10.2, 10.3] * 5, "cpu0.5": FAST_STEPS, "cpu0.25": SLOW_STEPS},
+          "steps_priced_in_check_s": {"mixed": 10.0, "cpu0.5": 7.5, "cpu0.25": 16.2}, "probe": probe}
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": si})
+    centre, meas = math.log(16.2 / 15.0835), 15.0835
+    lo = math.exp(centre - math.hypot(math.log(16.5 / meas), math.log(1.1 / 1.0))) - 1
+    hi = math.exp(centre + math.hypot(math.log(meas / 13.5), math.log(1.2 / 1.1))) - 1
+    assert rows[2]["error_in_check_ci"] == pytest.approx((lo, hi))
+    assert rows[2]["error_ci"] == pytest.approx((13.6677 / 16.5 - 1, 13.6677 / 13.5 - 1))  # no probe in it
+    # the mixed job's steps [10.2, 10.3] about its 10.3370 median of processes; the 0.25-CPU kind's factor
+    # interval is the wider one below and above
+    meas = (10.1038 + 10.5703) / 2
+    assert rows[0]["error_in_check_ci"][1] == pytest.approx(
+        math.exp(math.log(10.0 / meas) + math.hypot(math.log(meas / 10.2), math.log(1.2 / 1.1))) - 1)
+    assert [seed_steps.standing(r, "error_in_check") for r in rows] == ["within", "within", "unresolved"]
+    assert (seed_steps.beyond(rows, "error_in_check"), seed_steps.beyond(rows), seed_steps.beyond(rows, "error_now")) \
+        == (0, 2, None)  # the first price: the mixed job's -11.6% [-11.6%, -10.4%] and the 0.5-CPU job's
+    # -8.5% [-11.1%, -6.0%]; no price from just before
+    # a factor without an interval (a file from before 2026-12-07 afternoon): no interval for that price only
+    old = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": {**si, "probe": {"factors": {}}}})
+    assert "error_in_check_ci" not in old[2] and old[2]["error_ci"] == rows[2]["error_ci"]
+
+
+@pytest.mark.parametrize("steps", [None, [], [7.0] * 5, ["x"] * 10, [7.0, -1.0] * 5, {"a": 1}, "7,7,7",
+                                   [float("nan")] * 10])
+def test_steps_that_cannot_give_an_interval_leave_the_row_without_one(steps):
+    si = {**AT_96, "steps_steady_s": {"cpu0.5": steps, "cpu0.25": SLOW_STEPS}}
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": si})
+    assert len(rows) == 3 and "measured_ci_s" not in rows[1] and "measured_ci_s" in rows[2]

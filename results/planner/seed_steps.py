@@ -7,11 +7,24 @@ alternating blocks, so all of them carry the same machine state: the separate la
 Read from the fields every seed-check file has had since 2026-12-05: per process the mixed job's
 median step (`mixed_step_s`), per kind its own job's median step over processes (`kind_steps_s`)
 and its plan's price (`kind_steps_predicted_s`), and the predicted seed utilization (`predicted`),
-from which the mixed plan's price follows (below). Pure Python."""
+from which the mixed plan's price follows (below).
+
+Since 2026-12-07 afternoon a check also keeps every job's steady steps (`steps_steady_s`: one a
+block pair, the engine's blocks hold one step at these step lengths) and its probe's factors with
+their intervals (`probe.ci95`). From them each error gets a 95% interval, and a miss of the 5% is
+told apart from a measurement that cannot say: on this VM a job's steps in a check vary 5-10%
+(CV) from pair to pair, so the median of some 25 of them is known to about +-3-4%, as wide as
+most of the target. The interval is the measured step's distribution-free one for the median
+(order statistics over the check's pooled steps, results/stats/estimators.median_interval); for
+the price scaled by the probe, the factor's t-interval is added to it in quadrature on the log
+scale (independent errors; the mixed job takes its kinds' widest). The profile's own cells,
+each sampled to +-2%, are not counted: the intervals are a lower bound on the uncertainty."""
 from __future__ import annotations
 
 import math
 import statistics
+
+from results.stats.estimators import median_interval
 
 WITHIN = 0.05  # the issue's target: |predicted / measured - 1| <= 5%
 SHAPES = {"dp": "data parallel", "pp": "pipelines"}
@@ -58,10 +71,71 @@ def _check_steps(key: str, name: str, si: dict, bench_batch: int | None) -> list
     if not all(math.isfinite(x) and x > 0 for _, _, pred, meas in jobs for x in (pred, meas)):
         raise ValueError(f"{key}: a step that is not a finite number > 0")
     now, probed = si.get("steps_priced_now_s") or {}, si.get("steps_priced_in_check_s") or {}
-    return [{"check": key, "name": name.format(batch), "job": job, "plan": plan, "predicted_s": pred,
+    rows = [{"check": key, "name": name.format(batch), "job": job, "plan": plan, "predicted_s": pred,
              "measured_s": meas, "error": pred / meas - 1, **_priced(now.get(job), meas, "now"),
              **_priced(probed.get(job), meas, "in_check")}
             for job, plan, pred, meas in jobs]
+    for r in rows:
+        _intervals(r, si, list(si["kind_steps_predicted_s"]))
+    return rows
+
+
+def _intervals(row: dict, si: dict, kinds: list[str]) -> None:
+    """The row's measured step's 95% interval (measured_ci_s) and each of its errors' (<field>_ci),
+    where the check kept the job's steps; nothing where it did not or they are not numbers."""
+    try:
+        got = median_interval([float(x) for x in si["steps_steady_s"][row["job"]]])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return
+    if got is None or not all(math.isfinite(x) and x > 0 for x in got):
+        return
+    lo, hi = got
+    meas = row["measured_s"]
+    row["measured_ci_s"] = (lo, hi)
+    # log half-widths of the measured step's interval about the row's measured step (its median)
+    down, up = math.log(meas / lo) if lo < meas else 0.0, math.log(hi / meas) if hi > meas else 0.0
+    probe = _probe_halfwidths(si, [row["job"]] if row["job"] in kinds else kinds)
+    for field, price in (("error", "predicted_s"), ("error_now", "priced_now_s"), ("error_in_check", "priced_in_check_s")):
+        if price not in row:
+            continue
+        pd_, pu = probe if field == "error_in_check" else (0.0, 0.0)
+        if pd_ is None:  # a probed price whose factor has no interval: none for its error either
+            continue
+        centre = math.log(row[price] / meas)
+        # the error is price / measured: a high measured step lowers it, a high factor raises it
+        row[f"{field}_ci"] = (math.exp(centre - math.hypot(up, pd_)) - 1, math.exp(centre + math.hypot(down, pu)) - 1)
+
+
+def _probe_halfwidths(si: dict, kinds: list[str]) -> tuple[float | None, float | None]:
+    """The log half-widths (below, above) of the probe's factor for these kinds, the widest of
+    them; (None, None) where the check has no factor interval for one of them."""
+    try:
+        probe = si["probe"]
+        lows, highs = [], []
+        for k in kinds:
+            f, (lo, hi) = float(probe["factors"][k]), (float(x) for x in probe["ci95"][k])
+            if not (0 < lo <= f <= hi and math.isfinite(hi)):
+                return None, None
+            lows.append(math.log(f / lo))
+            highs.append(math.log(hi / f))
+        return max(lows), max(highs)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None, None
+
+
+def standing(row: dict, field: str = "error") -> str | None:
+    """Where the row's `field` stands against the target: "within" (|error| <= WITHIN), "beyond"
+    (its 95% interval wholly outside +-WITHIN: a miss the measurement resolves), "unresolved"
+    (beyond by the estimate, its interval reaching within), "no interval" (beyond by the estimate,
+    no interval kept); None where the row has no such error."""
+    if field not in row:
+        return None
+    if abs(row[field]) <= WITHIN:
+        return "within"
+    ci = row.get(f"{field}_ci")
+    if ci is None:
+        return "no interval"
+    return "beyond" if ci[0] > WITHIN or ci[1] < -WITHIN else "unresolved"
 
 
 def _priced(priced: object, measured: float, which: str) -> dict:
@@ -77,21 +151,32 @@ def _priced(priced: object, measured: float, which: str) -> dict:
 def verdict(rows: list[dict]) -> str:
     """How many jobs' steps lie within WITHIN of their price, and the furthest one; the same against
     the prices from a profile just before each check, and against those scaled by the check's probe,
-    where there are any."""
+    where there are any. Where rows have intervals, how many of those beyond are beyond it at 95%
+    and how many the measurement cannot resolve (standing)."""
     if not rows:
         return ""
-    within = sum(abs(r["error"]) <= WITHIN for r in rows)
     far = max(rows, key=lambda r: abs(r["error"]))
-    text = (f"Each plan's step inside the interleaved checks, against its price: {within} of {len(rows)} within "
-            f"{100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, {100 * far['error']:+.1f}% "
+    text = (f"Each plan's step inside the interleaved checks, against its price: {_count(rows, 'error')}; the furthest "
+            f"the {far['job']} job in {far['name']}, {100 * far['error']:+.1f}% "
             f"({far['predicted_s']:.2f} s priced, {far['measured_s']:.2f} s measured).")
     for field, how in (("error_now", "Priced from a profile just before each check"),
                        ("error_in_check", "That profile scaled by each kind's speed during the check")):
         got = [r for r in rows if field in r]
         if got:
             far = max(got, key=lambda r: abs(r[field]))
-            text += (f" {how}: {sum(abs(r[field]) <= WITHIN for r in got)} of {len(got)} within "
-                     f"{100 * WITHIN:.0f}%; the furthest the {far['job']} job in {far['name']}, {100 * far[field]:+.1f}%.")
+            text += (f" {how}: {_count(got, field)}; the furthest the {far['job']} job in {far['name']}, "
+                     f"{100 * far[field]:+.1f}%.")
+    return text
+
+
+def _count(rows: list[dict], field: str) -> str:
+    """"N of M within 5%", and where some are not and any row has an interval, how those stand."""
+    got = [standing(r, field) for r in rows if field in r]
+    text = f"{got.count('within')} of {len(got)} within {100 * WITHIN:.0f}%"
+    if got.count("within") < len(got) and any(f"{field}_ci" in r for r in rows):
+        text += (f" ({got.count('beyond')} beyond it at 95% confidence, {got.count('unresolved')} not resolved by "
+                 f"the measured steps" + (f", {got.count('no interval')} without an interval"
+                                          if "no interval" in got else "") + ")")
     return text
 
 
@@ -99,3 +184,11 @@ def within(rows: list[dict], field: str = "error") -> bool | None:
     """Every row's `field` within WITHIN; None where no row has it."""
     got = [abs(r[field]) <= WITHIN for r in rows if field in r]
     return all(got) if got else None
+
+
+def beyond(rows: list[dict], field: str = "error") -> int | None:
+    """How many rows' `field` lies beyond WITHIN with 95% confidence (standing "beyond"); None where
+    no row has an interval for it (nothing can be resolved)."""
+    if not any(f"{field}_ci" in r for r in rows):
+        return None
+    return sum(standing(r, field) == "beyond" for r in rows)
