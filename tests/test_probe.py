@@ -3,6 +3,7 @@
 (harness/bench/seed_profiles.probe_factors, priced_in_check)."""
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,22 @@ def test_each_kinds_factor_is_its_ranks_mean_visit_in_the_check_over_the_profile
         seed_profiles.probe_factors([_record([[0.1]] * 4, microbatch=2)], ORDER, profiles)
     with pytest.raises(ValueError, match="on 2 ranks"):
         seed_profiles.probe_factors([_record([[0.1]] * 2)], ORDER, profiles)
+
+
+def test_each_factor_has_a_t_interval_over_the_visits_each_the_mean_of_the_kinds_ranks(tmp_path):
+    """The kind's two ranks visit at once (one moment of the machine): each visit is their mean,
+    and the interval Student's t on those moments' mean over the profile's 0.15 CPU s."""
+    profiles = {"cpu0.5": _profile(tmp_path / "fast", [0.05], [0.1]), "cpu0.25": _profile(tmp_path / "slow", [0.05], [0.1])}
+    two = [_record([[0.15, 0.17, 0.16], [0.15, 0.15, 0.16], [0.2, 0.2, 0.2], [0.2, 0.2, 0.2]]),
+           _record([[0.14], [0.16], [0.2], [0.2]])]
+    got = seed_profiles.probe_factors(two, ORDER, profiles)
+    moments = [0.15, 0.16, 0.16, 0.15]  # mean 0.155, sd 0.005774, t(0.975, 3 df) = 3.182446
+    half = 3.182446 * statistics.stdev(moments) / 2
+    assert got["factors"]["cpu0.5"] == pytest.approx(0.155 / 0.15, abs=1e-4)
+    assert got["ci95"]["cpu0.5"] == pytest.approx([(0.155 - half) / 0.15, (0.155 + half) / 0.15], abs=1e-4)
+    assert got["ci95"]["cpu0.25"] == pytest.approx([0.2 / 0.15, 0.2 / 0.15], abs=1e-4)  # no spread, no width
+    one = seed_profiles.probe_factors([_record([[0.16], [0.16], [0.2], [0.2]])], ORDER, profiles)
+    assert one["ci95"] == {"cpu0.5": None, "cpu0.25": None}  # one visit has no interval
 
 
 def test_each_job_is_priced_from_the_profile_before_the_check_scaled_by_its_kinds_factor(tmp_path, monkeypatch):
