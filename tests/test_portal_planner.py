@@ -4,6 +4,7 @@ Chromium."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -43,7 +44,13 @@ SEED_CHECK = {"workload": "lm/small", "global_batch": 24, "cpus": {"cpu0.5": 0.5
                                    "kind_steps_predicted_s": {"cpu0.5": 1.751, "cpu0.25": 3.6735},
                                    # priced again: from a profile just before, and that x the probe (made up)
                                    "steps_priced_now_s": {"mixed": 2.6, "cpu0.5": 1.8, "cpu0.25": 3.7},
-                                   "steps_priced_in_check_s": {"mixed": 2.7, "cpu0.5": 1.85, "cpu0.25": 3.85}}}
+                                   "steps_priced_in_check_s": {"mixed": 2.7, "cpu0.5": 1.85, "cpu0.25": 3.85},
+                                   # each job's steps in the check and the probe's factors with intervals (made up)
+                                   "steps_steady_s": {"mixed": [2.6, 2.7, 2.74, 2.75, 2.8, 2.9],
+                                                      "cpu0.5": [1.8, 1.85, 1.86, 1.87, 1.9, 2.0],
+                                                      "cpu0.25": [3.5, 3.8, 3.83, 3.84, 3.9, 4.2]},
+                                   "probe": {"factors": {"cpu0.5": 1.0, "cpu0.25": 1.0},
+                                             "ci95": {"cpu0.5": [0.99, 1.01], "cpu0.25": [0.97, 1.03]}}}}
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +104,18 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     # priced again from the profile just before the check, and that profile x each kind's probe in it
     assert list(steps["error % (profile just before)"]) == [-5.2, -3.3, -3.4]
     assert list(steps["error % (speed in the check)"]) == [-1.6, -0.6, 0.5]
+    # six steps a job: the interval is their least and greatest; the probe's widens the last price's
+    assert list(steps["measured 95% s"]) == ["[2.600, 2.900]", "[1.800, 2.000]", "[3.500, 4.200]"]
+    lo = math.exp(math.log(3.85 / 3.8305) - math.hypot(math.log(4.2 / 3.8305), math.log(1 / 0.97))) - 1
+    hi = math.exp(math.log(3.85 / 3.8305) + math.hypot(math.log(3.8305 / 3.5), math.log(1.03))) - 1
+    assert steps["its 95% %"][2] == f"[{100 * lo:.1f}, {100 * hi:.1f}]" == "[-8.8, 10.5]"
+    assert list(steps["stands (speed in the check)"]) == ["within"] * 3
     assert at.text[2].value == (
-        "Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5%; the furthest the "
-        "mixed job in data parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured). Priced from a profile "
-        "just before each check: 2 of 3 within 5%; the furthest the mixed job in data parallel, at batch 24, -5.2%. "
+        "Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5% (0 beyond it at 95% "
+        "confidence, 2 not resolved by the measured steps); the furthest the mixed job in data parallel, at batch "
+        "24, -8.2% (2.52 s priced, 2.74 s measured). Priced from a profile just before each check: 2 of 3 within "
+        "5% (0 beyond it at 95% confidence, 1 not resolved by the measured steps); the furthest the mixed job in "
+        "data parallel, at batch 24, -5.2%. "
         "That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed job in "
         "data parallel, at batch 24, -1.6%.")
     assert any(c.value.startswith("error %: predicted / measured - 1, the plan's price from the bench's first profile; "
@@ -160,8 +175,9 @@ def test_planner_page_in_chromium(planner_store):
         assert "Utilization (seed), as HETHUB counts it" in body
         assert "Utilization as the seed counts it: measured on two ranks of each kind" in body
         assert "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable" in body
-        assert ("Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5%; the furthest "
-                "the mixed job in data parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured).") in body
+        assert ("Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5% (0 beyond it "
+                "at 95% confidence, 2 not resolved by the measured steps); the furthest the mixed job in data "
+                "parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured).") in body
         assert ("That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed "
                 "job in data parallel, at batch 24, -1.6%.") in body
         assert "speed in the check: that profile scaled by each kind's speed while the check ran" in body

@@ -222,12 +222,20 @@ def step_frame(check: dict) -> pd.DataFrame:
     """Each plan's step inside the interleaved checks against its price (results/planner/seed_steps)."""
     return pd.DataFrame([{"check": r["name"], "job": r["job"], "plan": r["plan"],
                           "predicted step s": round(r["predicted_s"], 3), "measured step s": round(r["measured_s"], 3),
+                          # the measured step's 95% interval (order statistics over the check's steps)
+                          "measured 95% s": _pair(r.get("measured_ci_s"), 1, 3),
                           "error %": round(100 * r["error"], 1),
                           "error % (profile just before)": round(100 * r["error_now"], 1) if "error_now" in r else None,
                           # that profile scaled by each kind's speed during the check (seed_profiles.priced_in_check)
                           "error % (speed in the check)":
-                              round(100 * r["error_in_check"], 1) if "error_in_check" in r else None}
+                              round(100 * r["error_in_check"], 1) if "error_in_check" in r else None,
+                          "its 95% %": _pair(r.get("error_in_check_ci"), 100, 1),
+                          "stands (speed in the check)": seed_steps.standing(r, "error_in_check")}
                          for r in seed_steps.steps(check)])
+
+
+def _pair(ci, scale: float, digits: int) -> str | None:
+    return None if ci is None else f"[{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]"
 
 
 def step_verdict(check: dict) -> str:
