@@ -112,9 +112,9 @@ def test_planner_page_shows_checks_and_the_plan(monkeypatch, planner_store):
     assert list(steps["stands (speed in the check)"]) == ["within"] * 3
     assert at.text[2].value == (
         "Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5% (0 beyond it at 95% "
-        "confidence, 2 not resolved by the measured steps); the furthest the mixed job in data parallel, at batch "
+        "confidence, 2 not resolved at this sample size); the furthest the mixed job in data parallel, at batch "
         "24, -8.2% (2.52 s priced, 2.74 s measured). Priced from a profile just before each check: 2 of 3 within "
-        "5% (0 beyond it at 95% confidence, 1 not resolved by the measured steps); the furthest the mixed job in "
+        "5% (0 beyond it at 95% confidence, 1 not resolved at this sample size); the furthest the mixed job in "
         "data parallel, at batch 24, -5.2%. "
         "That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed job in "
         "data parallel, at batch 24, -1.6%.")
@@ -176,7 +176,7 @@ def test_planner_page_in_chromium(planner_store):
         assert "Utilization as the seed counts it: measured on two ranks of each kind" in body
         assert "Data parallel, drift-free: seed utilization 0.906 [0.776, 1.058], not distinguishable" in body
         assert ("Each plan's step inside the interleaved checks, against its price: 1 of 3 within 5% (0 beyond it "
-                "at 95% confidence, 2 not resolved by the measured steps); the furthest the mixed job in data "
+                "at 95% confidence, 2 not resolved at this sample size); the furthest the mixed job in data "
                 "parallel, at batch 24, -8.2% (2.52 s priced, 2.74 s measured).") in body
         assert ("That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed "
                 "job in data parallel, at batch 24, -1.6%.") in body

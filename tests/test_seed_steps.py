@@ -143,7 +143,7 @@ def test_each_error_has_the_measured_steps_interval_and_a_miss_is_told_from_one_
     assert seed_steps.standing(rows[1], "error_now") is None  # not priced again: no standing
     assert seed_steps.verdict(rows) == (
         "Each plan's step inside the interleaved checks, against its price: 0 of 3 within 5% (1 beyond it at 95% "
-        "confidence, 1 not resolved by the measured steps, 1 without an interval); the furthest the mixed job in "
+        "confidence, 1 not resolved at this sample size, 1 without an interval); the furthest the mixed job in "
         "data parallel, at batch 96, -11.6% (9.14 s priced, 10.34 s measured).")
     # a job within 5% is within whatever its interval: the estimate is what the target names
     near = {**si, "kind_steps_predicted_s": {"cpu0.5": 7.0, "cpu0.25": 13.6677}}

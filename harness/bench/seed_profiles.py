@@ -102,7 +102,8 @@ def probe_factors(records: list[dict], rank_kinds: list[str], profiles: dict[str
     """Each kind's speed in an interleaved check over its speed in the profile: the mean CPU seconds
     of the probe's visits on the kind's ranks, over every process of the check (records), over the
     profile's mean for the same cell. Means, as the profile prices a cell (its mean visit): a step
-    sums many passes. {"factors": {kind: x}, "probe_cpu_s", "profile_cpu_s", "visits": {kind: n}}."""
+    sums many passes. {"factors": {kind: x}, "ci95": {kind: [lo, hi] or None} (_factor_interval),
+    "probe_cpu_s", "profile_cpu_s", "visits": {kind: n}}."""
     got: dict[str, list[float]] = {k: [] for k in profiles}
     moments: dict[str, list[float]] = {k: [] for k in profiles}  # per visit, the mean of the kind's ranks
     for rec in records:

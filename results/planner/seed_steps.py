@@ -13,8 +13,8 @@ Since 2026-12-07 afternoon a check also keeps every job's steady steps (`steps_s
 block pair, the engine's blocks hold one step at these step lengths) and its probe's factors with
 their intervals (`probe.ci95`). From them each error gets a 95% interval, and a miss of the 5% is
 told apart from a measurement that cannot say: on this VM a job's steps in a check vary 5-10%
-(CV) from pair to pair, so the median of some 25 of them is known to about +-3-4%, as wide as
-most of the target. The interval is the measured step's distribution-free one for the median
+(CV) from pair to pair, so the median of some 25 of them is known to about +-2-6% (a mixed job's
+to 13%), as wide as the target. The interval is the measured step's distribution-free one for the median
 (order statistics over the check's pooled steps, results/stats/estimators.median_interval); for
 the price scaled by the probe, the factor's t-interval is added to it in quadrature on the log
 scale (independent errors; the mixed job takes its kinds' widest). The profile's own cells,
@@ -98,12 +98,13 @@ def _intervals(row: dict, si: dict, kinds: list[str]) -> None:
     for field, price in (("error", "predicted_s"), ("error_now", "priced_now_s"), ("error_in_check", "priced_in_check_s")):
         if price not in row:
             continue
-        pd_, pu = probe if field == "error_in_check" else (0.0, 0.0)
-        if pd_ is None:  # a probed price whose factor has no interval: none for its error either
+        below, above = probe if field == "error_in_check" else (0.0, 0.0)
+        if below is None:  # a probed price whose factor has no interval: none for its error either
             continue
         centre = math.log(row[price] / meas)
         # the error is price / measured: a high measured step lowers it, a high factor raises it
-        row[f"{field}_ci"] = (math.exp(centre - math.hypot(up, pd_)) - 1, math.exp(centre + math.hypot(down, pu)) - 1)
+        row[f"{field}_ci"] = (math.exp(centre - math.hypot(up, below)) - 1,
+                              math.exp(centre + math.hypot(down, above)) - 1)
 
 
 def _probe_halfwidths(si: dict, kinds: list[str]) -> tuple[float | None, float | None]:
@@ -174,8 +175,8 @@ def _count(rows: list[dict], field: str) -> str:
     got = [standing(r, field) for r in rows if field in r]
     text = f"{got.count('within')} of {len(got)} within {100 * WITHIN:.0f}%"
     if got.count("within") < len(got) and any(f"{field}_ci" in r for r in rows):
-        text += (f" ({got.count('beyond')} beyond it at 95% confidence, {got.count('unresolved')} not resolved by "
-                 f"the measured steps" + (f", {got.count('no interval')} without an interval"
+        text += (f" ({got.count('beyond')} beyond it at 95% confidence, {got.count('unresolved')} not resolved at "
+                 f"this sample size" + (f", {got.count('no interval')} without an interval"
                                           if "no interval" in got else "") + ")")
     return text
 
