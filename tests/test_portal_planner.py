@@ -181,6 +181,9 @@ def test_planner_page_in_chromium(planner_store):
         assert ("That profile scaled by each kind's speed during the check: 3 of 3 within 5%; the furthest the mixed "
                 "job in data parallel, at batch 24, -1.6%.") in body
         assert "speed in the check: that profile scaled by each kind's speed while the check ran" in body
+        # the new columns' legend as drawn (the table's cells are a canvas: AppTest above reads their values)
+        assert ("95%: the measured step's interval (order statistics over the check's steps), and with it the "
+                "probe's; stands: within 5%, beyond it at 95%, or unresolved") in body
         browser.close()
 
 
