@@ -213,7 +213,7 @@ def seed_frame(check: dict) -> pd.DataFrame:
                          "how measured": "interleaved, both kinds' jobs at once" + at.format(si.get("global_batch")),
                          "mixed plan": si["mixed"], "each kind's own plan": "; ".join(si["jobs"]),
                          "seed utilization measured": si["measured"],
-                         "95% interval": f"[{si['ci95'][0]:.3f}, {si['ci95'][1]:.3f}]",
+                         "95% interval": _pair(si["ci95"], 1, 3),
                          "seed utilization predicted": si["predicted"]})
     return pd.DataFrame(rows)
 
