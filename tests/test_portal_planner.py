@@ -183,7 +183,8 @@ def test_planner_page_in_chromium(planner_store):
         assert "speed in the check: that profile scaled by each kind's speed while the check ran" in body
         # the new columns' legend as drawn (the table's cells are a canvas: AppTest above reads their values)
         assert ("95%: the measured step's interval (order statistics over the check's steps), and with it the "
-                "probe's; stands: within 5%, beyond it at 95%, or unresolved") in body
+                "probe's and the profile's own sampling, where the check kept them; stands: within 5%, beyond it "
+                "at 95%, or unresolved") in body
         browser.close()
 
 

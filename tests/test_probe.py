@@ -79,26 +79,61 @@ def test_each_kinds_factor_is_its_ranks_mean_visit_in_the_check_over_the_profile
     assert got["probe_cpu_s"]["cpu0.5"] == pytest.approx((0.15 + 0.18 + 0.15 + 0.12 + 0.15) / 5)
     assert got["factors"] == {"cpu0.5": pytest.approx(0.15 / 0.15, abs=1e-4),
                               "cpu0.25": pytest.approx(0.174 / 0.17, abs=1e-4)}  # a mean, not the median 0.17
-    with pytest.raises(ValueError, match="microbatch 2"):  # another cell than the profile's reference
+    with pytest.raises(ValueError, match="no block figure at microbatch 2"):  # a cell the profile did not time
         seed_profiles.probe_factors([_record([[0.1]] * 4, microbatch=2)], ORDER, profiles)
+    with pytest.raises(ValueError, match="microbatch 1 on 4 ranks; expected 4, as the check's first"):
+        seed_profiles.probe_factors([two[0], _record([[0.1]] * 4, microbatch=1)], ORDER, profiles)
+    # the probe's microbatch is the records': the profile's cell at 1 (9 + 9 CPU s) is its reference then
+    at_1 = seed_profiles.probe_factors([_record([[18.0], [18.0], [9.0], [9.0]], microbatch=1)], ORDER, profiles)
+    assert (at_1["microbatch"], at_1["factors"]) == (1, {"cpu0.5": 1.0, "cpu0.25": 0.5})
     with pytest.raises(ValueError, match="on 2 ranks"):
         seed_profiles.probe_factors([_record([[0.1]] * 2)], ORDER, profiles)
 
 
-def test_each_factor_has_a_t_interval_over_the_visits_each_the_mean_of_the_kinds_ranks(tmp_path):
-    """The kind's two ranks visit at once (one moment of the machine): each visit is their mean,
-    and the interval Student's t on those moments' mean over the profile's 0.15 CPU s."""
+def test_the_probe_times_the_profiled_microbatch_most_of_the_checks_plans_run(tmp_path):
+    """Votes of each job's kinds (price_spread.plan_microbatches) among the sizes profiled (1 and 4
+    here); a tie goes to the smaller; none profiled, PROBE_MB."""
     profiles = {"cpu0.5": _profile(tmp_path / "fast", [0.05], [0.1]), "cpu0.25": _profile(tmp_path / "slow", [0.05], [0.1])}
+    inv = seed_profiles.inventory(tmp_path / "inv-mixed.yaml", KINDS, profiles, 2.0)
+    pipe = {"strategy": "pp", "devices": ORDER, "microbatch_size": 1}
+    own = {"strategy": "pp", "devices": ["cpu0.5"] * 2, "microbatch_size": 1}
+    assert seed_profiles.probe_microbatch({"mixed": (pipe, 24), "cpu0.5": (own, 12)}, inv) == 1
+    dp = {"strategy": "dp", "devices": ORDER, "batch_split": [8, 8, 4, 4], "microbatch_split": [2, 2, 1, 1]}
+    assert seed_profiles.probe_microbatch({"mixed": (dp, 24)}, inv) == 4  # both kinds run 4
+    both = {"mixed": (dp, 24), "cpu0.5": (own, 12)}  # 4 twice (the mixed job's kinds), 1 once
+    assert seed_profiles.probe_microbatch(both, inv) == 4
+    tie = {"mixed": ({**dp, "microbatch_split": [2, 2, 4, 4]}, 24)}  # cpu0.5 at 4, cpu0.25 at 1
+    assert seed_profiles.probe_microbatch(tie, inv) == 1
+    odd = {"mixed": ({"strategy": "pp", "devices": ORDER, "microbatch_size": 3}, 24), "k": ({"strategy": "kinds"}, 12)}
+    assert seed_profiles.probe_microbatch(odd, inv) == seed_profiles.PROBE_MB
+
+
+def test_each_factor_has_a_t_interval_from_the_checks_visits_and_the_profiles_in_quadrature(tmp_path):
+    """The kind's two ranks visit at once (one moment of the machine): each visit is their mean,
+    Student's t on those moments' mean; and Student's t on the profile's mean over its visits
+    (forward + backward of one round), pooled over the kind's records; the relative half-widths
+    add in quadrature."""
+    profiles = {"cpu0.5": _profile(tmp_path / "fast", [0.04, 0.06], [0.1, 0.1]),
+                "cpu0.25": _profile(tmp_path / "slow", [0.05, 0.05, 0.05], [0.1, 0.1, 0.1])}
     two = [_record([[0.15, 0.17, 0.16], [0.15, 0.15, 0.16], [0.2, 0.2, 0.2], [0.2, 0.2, 0.2]]),
            _record([[0.14], [0.16], [0.2], [0.2]])]
     got = seed_profiles.probe_factors(two, ORDER, profiles)
     moments = [0.15, 0.16, 0.16, 0.15]  # mean 0.155, sd 0.005774, t(0.975, 3 df) = 3.182446
-    half = 3.182446 * statistics.stdev(moments) / 2
-    assert got["factors"]["cpu0.5"] == pytest.approx(0.155 / 0.15, abs=1e-4)
-    assert got["ci95"]["cpu0.5"] == pytest.approx([(0.155 - half) / 0.15, (0.155 + half) / 0.15], abs=1e-4)
+    probe = 3.182446 * statistics.stdev(moments) / 2 / 0.155
+    ref = 12.706205 * statistics.stdev([0.14, 0.16]) / 2 ** 0.5 / 0.15  # visits 0.14 and 0.16, t(0.975, 1 df)
+    assert got["profile_visits"] == {"cpu0.5": 2, "cpu0.25": 3}
+    assert got["profile_half_width"] == {"cpu0.5": pytest.approx(ref, abs=1e-4), "cpu0.25": 0.0}
+    f = 0.155 / 0.15
+    half = (probe ** 2 + ref ** 2) ** 0.5  # 0.849: the two visits' profile swamps the probe's 4.3%
+    assert got["factors"]["cpu0.5"] == pytest.approx(f, abs=1e-4)
+    assert got["ci95"]["cpu0.5"] == pytest.approx([max(f * (1 - half), 0.0), f * (1 + half)], abs=1e-4)
     assert got["ci95"]["cpu0.25"] == pytest.approx([0.2 / 0.15, 0.2 / 0.15], abs=1e-4)  # no spread, no width
+    # the check's visits alone: what a price scaled by the factor carries (the profile's part is in its spread)
+    assert got["ci95_visits"]["cpu0.5"] == pytest.approx([f * (1 - probe), f * (1 + probe)], abs=1e-4)
     one = seed_profiles.probe_factors([_record([[0.16], [0.16], [0.2], [0.2]])], ORDER, profiles)
-    assert one["ci95"] == {"cpu0.5": None, "cpu0.25": None}  # one visit has no interval
+    assert one["ci95"] == {"cpu0.5": None, "cpu0.25": None}  # one visit in the check has no interval
+    thin = {"cpu0.5": _profile(tmp_path / "one", [0.05], [0.1]), "cpu0.25": profiles["cpu0.25"]}
+    assert seed_profiles.probe_factors(two, ORDER, thin)["ci95"]["cpu0.5"] is None  # nor one in the profile
 
 
 def test_each_job_is_priced_from_the_profile_before_the_check_scaled_by_its_kinds_factor(tmp_path, monkeypatch):
@@ -120,6 +155,8 @@ def test_each_job_is_priced_from_the_profile_before_the_check_scaled_by_its_kind
     assert got["probe"]["factors"] == {"cpu0.5": 1.1, "cpu0.25": 0.8}
     assert got["steps_priced_in_check_s"] == {"mixed": pytest.approx(2 * 1.1 + 2 * 0.8), "cpu0.5": pytest.approx(2.2),
                                               "cpu0.25": None}
+    # plans that do not say their microbatches (these) have no spread (harness/bench/price_spread.py)
+    assert got["steps_priced_in_check_spread"] == {"mixed": None, "cpu0.5": None, "cpu0.25": None}
     # the inventories it priced are kept beside priced_now's, each device with its kind's factor
     own = yaml.safe_load((tmp_path / f"inv{tag}-probe-cpu0.5.yaml").read_text())["devices"]
     assert [(d["kind"], d["calibration"]) for d in own] == [("cpu0.5", 1.1)]

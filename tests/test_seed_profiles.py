@@ -47,7 +47,9 @@ def test_each_job_is_priced_on_its_own_devices_from_the_profile_just_taken(tmp_p
     got = seed_profiles.priced_now({}, tmp_path, KINDS, jobs, 2.0, "-now-dp-24")
     assert profiled_into == [("0.5,0.5,0.25,0.25", tmp_path / "round-now-dp-24")]
     # the mixed job on all four devices, each kind's own on its two (a profile path per kind)
+    # plans that do not say their microbatches (these) have no spread for the profile's sampling
     assert got == {"steps_priced_now_s": {"mixed": 1.4, "cpu0.5": 1.2, "cpu0.25": 1.21},
+                   "steps_priced_now_spread": {"mixed": None, "cpu0.5": None, "cpu0.25": None},
                    "profiled_now": {"cpu0.5": "p-cpu0.5", "cpu0.25": "p-cpu0.25"}}
     assert sorted(p.name for p in tmp_path.glob("inv-now-dp-24-*.yaml")) == [
         "inv-now-dp-24-cpu0.25.yaml", "inv-now-dp-24-cpu0.5.yaml", "inv-now-dp-24-mixed.yaml"]

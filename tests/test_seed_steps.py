@@ -177,6 +177,38 @@ def test_the_price_scaled_by_the_probe_carries_the_probes_interval_too():
     assert "error_in_check_ci" not in old[2] and old[2]["error_ci"] == rows[2]["error_ci"]
 
 
+def test_the_prices_from_the_profile_just_before_carry_its_own_sampling_too():
+    """steps_priced_now_spread (harness/bench/price_spread.py): the price's log half-width for the
+    profile's sampling, in quadrature with the measured step's; with the probe, the spread of the
+    price's cells relative to the probe's (steps_priced_in_check_spread) and the factor's interval
+    over the check's visits alone (ci95_visits, where kept). The plans' own price, from another
+    profile, is left as it was. The 0.5-CPU job priced 6.6 s from just before: -8.2%, [-10.8%, -5.7%]
+    by its steps alone, a miss; with the profile's 8% in it the interval reaches within 5%."""
+    probe = {"factors": {"cpu0.5": 1.0, "cpu0.25": 1.1}, "ci95": {"cpu0.5": [0.9, 1.1], "cpu0.25": [0.9, 1.3]},
+             "ci95_visits": {"cpu0.5": [0.98, 1.02], "cpu0.25": [1.0, 1.2]}}
+    si = {**AT_96, "steps_steady_s": {"cpu0.5": FAST_STEPS, "cpu0.25": SLOW_STEPS},
+          "steps_priced_now_s": {"cpu0.5": 6.6, "cpu0.25": 16.2}, "steps_priced_in_check_s": {"cpu0.5": 6.6},
+          "probe": probe}
+    plain = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": si})
+    spread, relative = math.log(1.08), math.log(1.03)  # the 0.5-CPU price: 8% for its cells, 3% over the probe's
+    rows = seed_steps.steps({"global_batch": 24, "seed_interleaved_amortized": {
+        **si, "steps_priced_now_spread": {"mixed": None, "cpu0.5": spread, "cpu0.25": "x"},
+        "steps_priced_in_check_spread": {"cpu0.5": relative}}})
+    centre, meas = math.log(6.6 / 7.1859), 7.1859
+    assert rows[1]["error_now_ci"] == pytest.approx((
+        math.exp(centre - math.hypot(math.log(7.4 / meas), spread)) - 1,
+        math.exp(centre + math.hypot(math.log(meas / 7.0), spread)) - 1))
+    assert rows[1]["error_in_check_ci"] == pytest.approx((
+        math.exp(centre - math.hypot(math.log(7.4 / meas), math.log(1.0 / 0.98), relative)) - 1,
+        math.exp(centre + math.hypot(math.log(meas / 7.0), math.log(1.02 / 1.0), relative)) - 1))
+    assert plain[1]["error_in_check_ci"] == pytest.approx((  # no spread kept: the visits' interval alone
+        math.exp(centre - math.hypot(math.log(7.4 / meas), math.log(1.0 / 0.98))) - 1,
+        math.exp(centre + math.hypot(math.log(meas / 7.0), math.log(1.02 / 1.0))) - 1))
+    assert [seed_steps.standing(r, "error_now") for r in (plain[1], rows[1])] == ["beyond", "unresolved"]
+    assert rows[1]["error_ci"] == plain[1]["error_ci"]  # the first round's profile: no spread kept for it
+    assert rows[2]["error_now_ci"] == plain[2]["error_now_ci"]  # a spread that is not a number counts none
+
+
 @pytest.mark.parametrize("steps", [None, [], [7.0] * 5, ["x"] * 10, [7.0, -1.0] * 5, {"a": 1}, "7,7,7",
                                    [float("nan")] * 10])
 def test_steps_that_cannot_give_an_interval_leave_the_row_without_one(steps):

@@ -303,7 +303,9 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     if why_not:
         return {"skipped": why_not}
     now = seed_profiles.priced_now(env, tmp, kinds, shape_jobs, memory_gb, tag) if memory_gb else {}
-    probe = [f"probe_microbatch={seed_profiles.PROBE_MB}"] if now else []  # the ranks' speed between pairs
+    # the ranks' speed between pairs, at the microbatch most of the plans run (seed_profiles.probe_microbatch)
+    mb = seed_profiles.probe_microbatch(shape_jobs, tmp / f"inv{tag}-mixed.yaml") if now else 0
+    probe = [f"probe_microbatch={mb}"] if now else []
     got = interleaved_lm(env, tmp, data_dir, [kinds[k] for k in order], batch, processes, [
         *plan_mod.overrides(mixed), f"against={against}", f"budget_s={budget_s}", *probe])
     if now:  # the same plans priced for the machine's speed during the check (seed_profiles.priced_in_check)

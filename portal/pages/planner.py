@@ -55,8 +55,9 @@ if seed is not None:
                    "before: the same plan priced from the ranks profiled just before its check; speed in the check: "
                    "that profile scaled by each kind's speed while the check ran (the profile's block timed on every "
                    "rank between the check's pairs). 95%: the measured step's interval (order statistics over the "
-                   "check's steps), and with it the probe's; stands: within 5%, beyond it at 95%, or unresolved "
-                   "(beyond by the estimate, its interval reaching within).")
+                   "check's steps), and with it the probe's and the profile's own sampling, where the check kept "
+                   "them; stands: within 5%, beyond it at 95%, or unresolved (beyond by the estimate, its interval "
+                   "reaching within).")
     st.caption(f"From {seed['file']} ({seed.get('workload')}, global batch {seed.get('global_batch')}, CPUs per kind "
                f"{seed.get('cpus')}; measured at {seed.get('measured_at', 'see the file')}). Separate launches carry "
                "the machine's drift between them; the interleaved row runs the mixed job and both kinds' own jobs "

@@ -17,8 +17,15 @@ told apart from a measurement that cannot say: on this VM a job's steps in a che
 to 13%), as wide as the target. The interval is the measured step's distribution-free one for the median
 (order statistics over the check's pooled steps, results/stats/estimators.median_interval); for
 the price scaled by the probe, the factor's t-interval is added to it in quadrature on the log
-scale (independent errors; the mixed job takes its kinds' widest). The profile's own cells,
-each sampled to +-2%, are not counted: the intervals are a lower bound on the uncertainty."""
+scale (independent errors; the mixed job takes its kinds' widest).
+
+The profile's own cells are not exact either: each samples to +-2% or its budget, and on this VM
+the budget ends them at 3-7 visits a rank (2026-12-07). Since 2026-12-07 evening a check keeps
+each price's half-width for the sampling of the profile just before it (`steps_priced_now_spread`;
+with the probe, `steps_priced_in_check_spread`: the price's cells relative to the probe's cell,
+paired by the profile's rounds, with the factor's interval over the check's visits alone,
+`probe.ci95_visits`: harness/bench/price_spread.py), added in quadrature. The plans' own price
+(the first round's profile) carries none, nor do older files: their intervals are a lower bound."""
 from __future__ import annotations
 
 import math
@@ -95,17 +102,34 @@ def _intervals(row: dict, si: dict, kinds: list[str]) -> None:
     # log half-widths of the measured step's interval about the row's measured step (its median)
     down, up = math.log(meas / lo) if lo < meas else 0.0, math.log(hi / meas) if hi > meas else 0.0
     probe = _probe_halfwidths(si, [row["job"]] if row["job"] in kinds else kinds)
+    # the profile just before's own sampling in its prices: the cells themselves, and with the probe the
+    # cells relative to the probe's (harness/bench/price_spread.py)
+    spread = {f: _price_spread(si, f"steps_priced_{f[6:]}_spread", row["job"]) for f in ("error_now", "error_in_check")}
     for field, price in (("error", "predicted_s"), ("error_now", "priced_now_s"), ("error_in_check", "priced_in_check_s")):
         if price not in row:
             continue
         below, above = probe if field == "error_in_check" else (0.0, 0.0)
         if below is None:  # a probed price whose factor has no interval: none for its error either
             continue
+        if field in spread:
+            below, above = math.hypot(below, spread[field]), math.hypot(above, spread[field])
         centre = math.log(row[price] / meas)
         # the error is price / measured: a high measured step lowers it, a high factor raises it
         lo_e, hi_e = math.exp(centre - math.hypot(up, below)) - 1, math.exp(centre + math.hypot(down, above)) - 1
         # exp(log(x)) can land an ulp off x: the interval holds its own estimate exactly (found by Hypothesis)
         row[f"{field}_ci"] = (min(lo_e, row[field]), max(hi_e, row[field]))
+
+
+def _price_spread(si: dict, key: str, job: str) -> float:
+    """The log half-width of the job's price for the sampling of the profile just before the check
+    (`key`: steps_priced_now_spread, steps_priced_in_check_spread; harness/bench/price_spread.py);
+    0 where the check has none (files before 2026-12-07 evening, a "kinds" plan): their intervals
+    leave it out."""
+    try:
+        got = float(si[key][job])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return got if math.isfinite(got) and got > 0 else 0.0
 
 
 def _probe_halfwidths(si: dict, kinds: list[str]) -> tuple[float | None, float | None]:
@@ -115,7 +139,8 @@ def _probe_halfwidths(si: dict, kinds: list[str]) -> tuple[float | None, float |
         probe = si["probe"]
         lows, highs = [], []
         for k in kinds:
-            f, (lo, hi) = float(probe["factors"][k]), (float(x) for x in probe["ci95"][k])
+            # the check's visits alone where kept: the profile's part is in the price's spread (price_spread.py)
+            f, (lo, hi) = float(probe["factors"][k]), (float(x) for x in probe.get("ci95_visits", probe["ci95"])[k])
             if not (0 < lo <= f <= hi and math.isfinite(hi)):
                 return None, None
             lows.append(math.log(f / lo))
