@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from harness.bench.planner_jobs import SIZE, predict, profile_ranks
-from harness.bench.price_spread import price_spread, relative_half_width
+from harness.bench.price_spread import plan_microbatches, price_spread, relative_half_width
 from harness.bench.seed_inputs import calibrated_inventory, kind_records, profiled
 from harness.parallel import cpu_quota as rank_cpu
 
@@ -98,12 +98,10 @@ def probe_microbatch(jobs: dict, inv: Path) -> int:
     profiled size the most of the jobs' kinds run at (price_spread.plan_microbatches; a tie, the
     smaller), PROBE_MB where none runs a profiled size. Why: a price scaled by the probe moves with
     its cells relative to the probe's cell in the profile (price_spread.py), and the cell itself
-    cancels: a pipeline check at batch 24 runs microbatch 1, whose cell at 0.25 CPU a profile
-    knows to +-20-35% after its 3-4 visits, and relative to the block at 4 to +-7-14% (2026-12-07
-    morning's kept profiles); until 2026-12-07 evening every check probed microbatch 4."""
+    cancels: a pipeline check at batch 24 runs microbatch 1, whose cell one rank's profile of 3-7
+    visits put the morning's prices at +-21-33% for, and +-7-14% relative to the block at 4
+    (2026-12-07, kept profiles); until 2026-12-07 evening every check probed microbatch 4."""
     import yaml
-
-    from harness.bench.price_spread import plan_microbatches
     sizes = set(block_sizes(yaml.safe_load(inv.read_text())["devices"][0]["profile"]))
     votes: dict[int, int] = {}
     for plan, _ in jobs.values():
