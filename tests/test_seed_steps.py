@@ -69,7 +69,10 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | s
 FULL_96 = {**AT_96, "steps_steady_s": {"mixed": [10.0, 10.5] * 5, "cpu0.5": [7.0, 7.3] * 5, "cpu0.25": [15.0] * 6},
            "steps_priced_now_s": {"mixed": 10.0, "cpu0.5": 7.0, "cpu0.25": 15.5},
            "steps_priced_in_check_s": {"mixed": 10.2, "cpu0.5": 7.2, "cpu0.25": 15.1},
-           "probe": {"factors": {"cpu0.5": 1.02, "cpu0.25": 0.99}, "ci95": {"cpu0.5": [0.99, 1.05], "cpu0.25": [0.97, 1.01]}}}
+           "steps_priced_now_spread": {"mixed": 0.08, "cpu0.5": 0.07, "cpu0.25": None},
+           "steps_priced_in_check_spread": {"mixed": 0.0, "cpu0.5": 0.03, "cpu0.25": 0.02},
+           "probe": {"factors": {"cpu0.5": 1.02, "cpu0.25": 0.99}, "ci95": {"cpu0.5": [0.9, 1.15], "cpu0.25": [0.9, 1.1]},
+                     "ci95_visits": {"cpu0.5": [0.99, 1.05], "cpu0.25": [0.97, 1.01]}}}
 
 
 @settings(max_examples=400, deadline=None)
