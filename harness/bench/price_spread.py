@@ -61,7 +61,7 @@ def _microbatches(plan: dict) -> dict[str, set[int]] | None:
     return None
 
 
-def _visits(profile: Path | list[Path]) -> list[dict[int, list[float]]]:
+def block_visits_by_microbatch(profile: Path | list[Path]) -> list[dict[int, list[float]]]:
     """Per record of the kind, {microbatch: its block visits, forward + backward of one round}."""
     from results.record import schema
     return [{int(row["microbatch"]): [f + b for f, b in zip(row["fwd_cpu_samples_s"], row["bwd_cpu_samples_s"])]
@@ -82,7 +82,7 @@ def cell_half_width(profile: Path | list[Path], microbatch: int, relative_to: in
     its visits pooled over the kind's records), or of its ratio to the cell at `relative_to`
     (paired by round, as the module says); between profiled sizes the wider neighbour's, beyond
     them the nearest's. None where there are under 2 visits or the rounds cannot be paired."""
-    recs = _visits(profile)
+    recs = block_visits_by_microbatch(profile)
     sizes = sorted(set.intersection(*(set(r) for r in recs))) if recs else []
     if not sizes or (relative_to is not None and relative_to not in sizes):
         return None

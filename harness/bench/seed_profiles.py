@@ -23,7 +23,8 @@ import statistics
 from pathlib import Path
 
 from harness.bench.planner_jobs import SIZE, predict, profile_ranks
-from harness.bench.price_spread import plan_microbatches, price_spread, relative_half_width
+from harness.bench.price_spread import (block_visits_by_microbatch, plan_microbatches, price_spread,
+                                        relative_half_width)
 from harness.bench.seed_inputs import calibrated_inventory, kind_records, profiled
 from harness.parallel import cpu_quota as rank_cpu
 
@@ -113,9 +114,7 @@ def probe_microbatch(jobs: dict, inv: Path) -> int:
 
 def block_sizes(profile: Path | list[Path] | str) -> list[int]:
     """The microbatches the kind's first profile record timed its block at."""
-    from results.record import schema
-    rec = kind_records(profile)[0]
-    return sorted(int(r["microbatch"]) for r in schema.read_record(rec)["summary"]["layers"]["block"])
+    return sorted(block_visits_by_microbatch(kind_records(profile)[:1])[0])
 
 
 def block_cpu_s(profile: Path | list[Path], microbatch: int = PROBE_MB) -> float:
