@@ -21,9 +21,10 @@ ORDER = ["cpu0.5", "cpu0.5", "cpu0.25", "cpu0.25"]  # the four ranks' kinds, as 
 
 
 def test_an_interleaved_run_times_the_profiles_block_once_after_every_pair(env, data_root):
-    """One visit per pair on the rank, in CPU and wall seconds, named by its cell and microbatch;
-    both sides still train as their own runs did (the gate against the reference run's losses: the
-    baseline side's step for step, +amp=bf16's within its tolerance)."""
+    """One visit per pair on the rank, in CPU and wall seconds, its first pass's CPU seconds kept
+    apart, named by its cell and microbatch; both sides still train as their own runs did (the gate
+    against the reference run's losses: the baseline side's step for step, +amp=bf16's within its
+    tolerance)."""
     one = ["--set", "steps=4", "--set", "profile_steps=0", "--no-ingest", "--set", "threads=1"]
     base = harness(env, "run", "lm", *one)
     assert base.returncode == 0, base.stderr[-2000:]
@@ -35,8 +36,9 @@ def test_an_interleaved_run_times_the_profiles_block_once_after_every_pair(env, 
     probe = s["ab"]["probe"]
     assert (probe["cell"], probe["microbatch"], len(probe["per_rank"])) == ("block", 2, 1)
     mine = probe["per_rank"][0]
-    assert len(mine["cpu_s"]) == len(mine["wall_s"]) == s["ab_pairs"] >= 1
-    assert all(x > 0 for x in mine["cpu_s"] + mine["wall_s"])
+    assert len(mine["cpu_s"]) == len(mine["wall_s"]) == len(mine["first_cpu_s"]) == s["ab_pairs"] >= 1
+    assert all(x > 0 for x in mine["cpu_s"] + mine["wall_s"] + mine["first_cpu_s"])
+    assert "after the first" in probe["by"]  # the sample is not the pass first after the barrier
     assert s["gate_passed"] == 1 and s["ab_baseline_gate_passed"] == 1
 
 

@@ -89,7 +89,7 @@ def priced_now(env: dict, tmp: Path, kinds: dict[str, float], jobs: dict, memory
 
 # the microbatch of the profile's block cell each rank times between an interleaved check's pairs
 # (harness/run/probe.py) where the check's plans run none the profile timed (probe_microbatch):
-# a visit is 0.1 CPU s, 0.4 s wall at 0.25 CPU, 6% of a pair at batch 24
+# a visit is two passes (the first kept apart), 0.2 CPU s, 0.8 s wall at 0.25 CPU, 12% of a pair at batch 24
 PROBE_MB = 4
 
 

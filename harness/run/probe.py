@@ -15,9 +15,16 @@ rounds so drift moves them together (harness/measure/cells.py); this carries one
 the check, visited in the check's rounds.
 
 The cell is the profile's: the workload's `profile_layers` block (a pipeline stage of one block)
-at microbatch M, forward and backward, one visit of at least cells.VISIT_S seconds of passes,
-its sample the mean pass in CPU seconds of the process (the profile's by_cpu figure: under a
-quota, wall time is quantized in the quota's periods) with its wall seconds beside it. A CPU
+at microbatch M, forward and backward, one visit of at least cells.VISIT_S seconds of passes
+after a first pass, its sample the mean pass in CPU seconds of the process (the profile's by_cpu
+figure: under a quota, wall time is quantized in the quota's periods) with its wall seconds
+beside it; the first pass's CPU seconds are kept apart (`first_cpu_s`). Why apart: the first pass
+after the barrier costs more than the next (2026-12-07 20:09, AMD EPYC, the four ranks at 0.5,
+0.5, 0.25, 0.25 CPU, LM small's block at microbatch 1, 30 rounds: 1.037-1.063x, each rank's 95%
+interval above 1), while the pass after it costs what a 3-block stage's back-to-back passes cost
+a block (0.964-1.013x) and what it costs after another layer's pass (0.98-1.02x), as the profile's
+cells are visited. Until then the first pass was the sample, and every pipeline check it priced
+came out slow, +5.5% [+2.9, +8.0] over four (harness/bench/seed_profiles.py). A CPU
 run loads data inline (harness/run/data.prefetch_depth), so no other thread of the process
 spends CPU during the visit.
 
@@ -51,11 +58,17 @@ class Probe:
         self.cell = cells.Layer(module, lambda: make(microbatch))
         self.cell.time_by_cpu(True)
         self.cell.warm()
+        self.first_cpu: list[float] = []  # each visit's first pass, CPU seconds: kept beside, not the sample
         torch.set_rng_state(rng)
 
     def visit(self) -> None:
         _barrier()
         rng = torch.get_rng_state()
+        # the first pass after the barrier is timed apart and kept, not made the sample: it costs more
+        # CPU seconds than the passes after it (the module docstring), where the profile's cells and a
+        # pipeline's back-to-back stage passes are not first after a barrier
+        *_, fwd_cpu, bwd_cpu = cells.one_pass(*self.cell.args)
+        self.first_cpu.append(fwd_cpu + bwd_cpu)
         self.cell.visit(cells.VISIT_S)
         torch.set_rng_state(rng)
         _barrier()
@@ -63,7 +76,8 @@ class Probe:
     def mine(self) -> dict:
         c = self.cell
         return {"cpu_s": [round(x, 6) for x in c.samples],
-                "wall_s": [round(f + b, 6) for f, b in zip(c.fwd, c.bwd)]}
+                "wall_s": [round(f + b, 6) for f, b in zip(c.fwd, c.bwd)],
+                "first_cpu_s": [round(x, 6) for x in self.first_cpu]}
 
     def record(self) -> dict:
         """Every rank's samples, rank order (a collective: every rank calls it)."""
@@ -71,7 +85,8 @@ class Probe:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             every = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(every, self.mine())
-        return {"cell": CELL, "microbatch": self.microbatch, "by": "cpu seconds a visit (mean pass), fwd + bwd",
+        return {"cell": CELL, "microbatch": self.microbatch,
+                "by": "cpu seconds a visit (mean pass after the first), fwd + bwd",
                 "per_rank": every}
 
 
