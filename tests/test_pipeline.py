@@ -74,6 +74,19 @@ def test_a_heavier_last_stage_is_predicted_and_hop_time_is_left_unexplained():
     assert len(rows) == 16 and min(r["start_ms"] for r in rows) == 0.0
 
 
+def test_each_stage_has_its_cpu_seconds_beside_its_wall_seconds_where_the_events_carry_them():
+    """The medians per microbatch in CPU seconds (fwd_cpu_s, bwd_cpu_s) from each event's cpu_s,
+    as the wall ones from t1 - t0; a record whose events have none (before 2026-12-07) gets none."""
+    built = {"schedule": "gpipe", "pp": 2, "stages": 2, "virtual": 1, "microbatches": 4, "split": [1, 1]}
+    events = _gpipe_events(2, 4, [1.0, 2.0], [2.0, 3.0])
+    assert "fwd_cpu_s" not in pipe.analyse(built, events)["stage_times"]["0"]
+    for e in events:  # held to half a CPU: each operation ran half its wall seconds on the CPU
+        e["cpu_s"] = (e["t1"] - e["t0"]) / 2
+    times = pipe.analyse(built, events)["stage_times"]
+    assert times["0"] == pytest.approx({"fwd_s": 1.0, "bwd_s": 2.0, "fwd_cpu_s": 0.5, "bwd_cpu_s": 1.0})
+    assert times["1"] == pytest.approx({"fwd_s": 2.0, "bwd_s": 3.0, "fwd_cpu_s": 1.0, "bwd_cpu_s": 1.5})
+
+
 def test_balanced_split_moves_blocks_off_the_stage_with_the_head():
     # 3 + 3 blocks of 10 ms; the last stage also runs a head + loss worth 25 ms
     times = {"0": {"fwd_s": 0.010, "bwd_s": 0.020}, "1": {"fwd_s": 0.020, "bwd_s": 0.035}}
@@ -197,7 +210,8 @@ def _check_run(rec: dict, ref: Path, world: int, pp: int, m: int, stages: int) -
     for kind in ("F", "B"):  # every microbatch on every stage, every step
         got = sorted((e["step"], e["stage"], e["mb"]) for e in p["events"] if e["kind"] == kind)
         assert got == sorted((st, sg, mb) for st in steady for sg in range(stages) for mb in range(m))
-    assert all(e["t1"] >= e["t0"] for e in p["events"])
+    assert all(e["t1"] >= e["t0"] and e["cpu_s"] >= 0 for e in p["events"])
+    assert all(t["fwd_cpu_s"] > 0 and t["bwd_cpu_s"] > 0 for t in p["stage_times"].values())
     assert 0 < p["bubble_measured"] < 1 and p["bubble_theory"] == pytest.approx(pipe.theory(pp, m, stages // pp))
     assert s["pp_bubble"] == p["bubble_measured"]
 

@@ -51,22 +51,28 @@ def _timed_stage_class():
 
 class _Span:
     def __init__(self, clock, stage, kind, mb):
-        self.clock, self.row = clock, [clock.step, stage, kind, mb, 0.0, 0.0]
+        self.clock, self.row = clock, [clock.step, stage, kind, mb, 0.0, 0.0, 0.0]
 
     def __enter__(self):
         self.clock.sync()
         self.row[4] = time.time()
+        self.cpu0 = time.process_time()
 
     def __exit__(self, *exc):
         self.clock.sync()
         self.row[5] = time.time()
+        self.row[6] = time.process_time() - self.cpu0
         if self.clock.recording:
             self.clock.events.append(tuple(self.row))
 
 
 class Clock:
-    """Events (step, stage, kind F|B|L, microbatch, start s, end s) of this rank. time.time():
-    one clock for every process on a node (across nodes, up to their NTP offset)."""
+    """Events (step, stage, kind F|B|L, microbatch, start s, end s, CPU s) of this rank. time.time():
+    one clock for every process on a node (across nodes, up to their NTP offset). CPU s: the
+    process's CPU seconds in the operation (time.process_time, every thread), beside its wall
+    seconds. Why: under a CPU quota an operation's wall time is its CPU seconds at the quota's rate
+    less what a wait before it gave back (results/analysis/schedule.quota_credit); with both, a
+    planner check tells a stage that computed cheaper than priced from one that got more back."""
 
     def __init__(self, device: torch.device):
         self.device, self.step, self.recording, self.events = device, 0, True, []
@@ -220,7 +226,7 @@ def report(ts, dist, first_steady: int) -> dict:
     every: list = [None] * dist.world
     td.all_gather_object(every, {"rank": dist.rank, "pp_rank": ts.pipeline.pp_rank, "events": mine})
     replica = [e for e in every if e["rank"] in _replica_ranks(ts.pipeline)]
-    events = [dict(zip(("step", "stage", "kind", "mb", "t0", "t1"), ev), rank=e["rank"])
+    events = [dict(zip(("step", "stage", "kind", "mb", "t0", "t1", "cpu_s"), ev), rank=e["rank"])
               for e in replica for ev in e["events"]]
     out = pipe_results.analyse(ts.pipeline.schedule_record(), events)
     if ts.pipeline.mesh.mesh.shape[1] > 1:  # several replicas: how long each one's pipeline ran
@@ -238,7 +244,7 @@ def _replica_windows(pipe: Pipeline, every: list[dict]) -> list[float]:
                   for t in range(mesh.shape[2])}
     spans: dict[tuple[int, int], list[float]] = {}  # (replica, step) -> [first start, last end]
     for e in every:
-        for step, _stage, _kind, _mb, t0, t1 in e["events"]:
+        for step, _stage, _kind, _mb, t0, t1, *_ in e["events"]:
             lo_hi = spans.setdefault((replica_of[e["rank"]], step), [t0, t1])
             lo_hi[0], lo_hi[1] = min(lo_hi[0], t0), max(lo_hi[1], t1)
     windows: dict[int, list[float]] = {}

@@ -37,12 +37,22 @@ def theory(p: int, m: int, v: int = 1) -> float:
 
 
 def _per_stage_times(events: list[dict]) -> dict[int, dict[str, float]]:
-    """Median seconds per microbatch of each stage's forward (its loss included) and backward."""
+    """Median seconds per microbatch of each stage's forward (its loss included) and backward;
+    where every event carries its CPU seconds (harness/parallel/pipeline.Clock), the same in CPU
+    seconds beside them (fwd_cpu_s, bwd_cpu_s)."""
+    out = _medians(events, lambda e: e["t1"] - e["t0"], "")
+    if events and all("cpu_s" in e for e in events):
+        for s, t in _medians(events, lambda e: e["cpu_s"], "_cpu").items():
+            out[s].update(t)
+    return out
+
+
+def _medians(events: list[dict], seconds, tag: str) -> dict[int, dict[str, float]]:
     fwd: dict[int, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
     bwd: dict[int, list[float]] = defaultdict(list)
     loss: dict[int, list[float]] = defaultdict(list)
     for e in events:
-        d = e["t1"] - e["t0"]
+        d = seconds(e)
         if e["kind"] == "B":
             bwd[e["stage"]].append(d)
         elif e["kind"] == "F":
@@ -52,7 +62,8 @@ def _per_stage_times(events: list[dict]) -> dict[int, dict[str, float]]:
     out = {}
     for s in sorted(set(fwd) | set(bwd)):
         f = median(fwd[s].values()) if fwd[s] else 0.0
-        out[s] = {"fwd_s": f + (median(loss[s]) if loss[s] else 0.0), "bwd_s": median(bwd[s]) if bwd[s] else 0.0}
+        out[s] = {f"fwd{tag}_s": f + (median(loss[s]) if loss[s] else 0.0),
+                  f"bwd{tag}_s": median(bwd[s]) if bwd[s] else 0.0}
     return out
 
 
