@@ -23,8 +23,10 @@ after the barrier costs more than the next (2026-12-07 20:09, AMD EPYC, the four
 0.5, 0.25, 0.25 CPU, LM small's block at microbatch 1, 30 rounds: 1.037-1.063x, each rank's 95%
 interval above 1), while the pass after it costs what a 3-block stage's back-to-back passes cost
 a block (0.964-1.013x) and what it costs after another layer's pass (0.98-1.02x), as the profile's
-cells are visited. Until then the first pass was the sample, and every pipeline check it priced
-came out slow, +5.5% [+2.9, +8.0] over four (harness/bench/seed_profiles.py). A CPU
+cells are visited. Until then the first pass was the sample. It is not why the probed pipeline
+prices came out slow (+5.5% [+2.9, +8.0] over four checks): in the checks after this change the
+first pass and the sample gave factors within 2.5% of each other on the pipelines and the prices
+stayed slow (docs/planner-measured.md, 2026-12-07 20:12-21:01). A CPU
 run loads data inline (harness/run/data.prefetch_depth), so no other thread of the process
 spends CPU during the visit.
 
