@@ -26,7 +26,8 @@ a block (0.964-1.013x) and what it costs after another layer's pass (0.98-1.02x)
 cells are visited. Until then the first pass was the sample. It is not why the probed pipeline
 prices came out slow (+5.5% [+2.9, +8.0] over four checks): in the checks after this change the
 first pass and the sample gave factors within 2.5% of each other on the pipelines and the prices
-stayed slow (docs/planner-measured.md, 2026-12-07 20:12-21:01). A CPU
+stayed slow (docs/planner-measured.md, 2026-12-07 20:12-21:01; in the two pipeline checks after
+those, 6 of 6 jobs came within 5%). A CPU
 run loads data inline (harness/run/data.prefetch_depth), so no other thread of the process
 spends CPU during the visit.
 
