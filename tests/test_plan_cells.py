@@ -62,10 +62,10 @@ def _pp(order, split, m=12, replicas=1):
 
 
 def test_each_kinds_own_plans_run_at_once_as_one_jobs_side():
-    """planner_seed._jobs_side: the `against` text that runs both kinds' own plans at once on the
+    """seed_jobs.jobs_side: the `against` text that runs both kinds' own plans at once on the
     mixed plan's ranks (job j on ranks 2j, 2j+1), or why it can't. Pipelines: one section holds
     both jobs, so both kinds' plans must be one and the same 2-stage pipeline."""
-    from harness.bench.planner_seed import _jobs_side
+    from harness.bench.seed_jobs import jobs_side as _jobs_side
     from harness.config.run_config import RunConfig
     from harness.planning.plan import overrides, rank_kinds
     mixed = _pp(["b", "a"], [2, 4], replicas=2)  # stage 0 on the two b ranks, stage 1 on the a ranks
@@ -142,9 +142,9 @@ def test_data_parallel_over_each_kinds_own_pipeline_is_one_launch(tmp_path):
 
 
 def test_the_seed_check_runs_a_kinds_plan_against_each_kinds_own_pipeline():
-    """planner_seed._jobs_side with a kinds plan of pipelines: each kind's own pipeline as the jobs
+    """seed_jobs.jobs_side with a kinds plan of pipelines: each kind's own pipeline as the jobs
     side, the mixed side's unequal-replica keys cleared."""
-    from harness.bench.planner_seed import _jobs_side
+    from harness.bench.seed_jobs import jobs_side as _jobs_side
     from harness.config.run_config import RunConfig
     from harness.planning.plan import overrides, rank_kinds
     own = [_pp(["a", "a"], [3, 3]), _pp(["b", "b"], [3, 3])]

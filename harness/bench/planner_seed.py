@@ -50,6 +50,8 @@ from pathlib import Path
 from harness.bench import seed_profiles
 from harness.bench.launch import run_harness
 from harness.bench.planner_jobs import SIZE, dataset, plan, predict, run_lm, stage_compute_over_priced
+from harness.bench.seed_jobs import jobs_side
+from harness.bench.seed_jobs import label as _label
 from harness.bench.seed_inputs import calibrated_inventory, calibration_from, keep_inputs, profiled
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
@@ -299,7 +301,7 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     from harness.bench.planner_jobs import interleaved_lm
     mixed, own = shape_jobs["mixed"][0], [shape_jobs[k][0] for k in kinds]
     order = plan_mod.rank_kinds(mixed)
-    against, why_not = _jobs_side(mixed, own, order)
+    against, why_not = jobs_side(mixed, own, order)
     if why_not:
         return {"skipped": why_not}
     now = seed_profiles.priced_now(env, tmp, kinds, shape_jobs, memory_gb, tag) if memory_gb else {}
@@ -327,34 +329,6 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
             "jobs_step_s": [round(other_side_median(r), 4) for r in got["records"]],
             "kind_steps_s": {k: round(statistics.median(per_job[j::2]), 4) for j, k in enumerate(order[::2])},
             "kind_steps_predicted_s": {k: round(v, 4) for k, v in pred_step.items()}, "steps_steady_s": kept, **now}
-
-
-def _jobs_side(mixed: dict, own: list[dict], order: list[str]) -> tuple[str, str | None]:
-    """The `against` text that runs each kind's own plan at once as parallel.jobs=2, job j on
-    ranks 2j, 2j + 1 (the mixed plan's rank kinds `order`), or why it can't: ("", reason)."""
-    plans = (mixed, *own)
-    if order[0::2] != order[1::2] or len(set(order)) != len(order) // 2:
-        return "", f"the mixed plan's ranks are {order}: not kind by kind in pairs, as the jobs hold them"
-    if any(p.get("recompute") or p.get("groups") for p in plans):
-        return "", "a plan recomputes or has groups: " + ", ".join(_label(p) for p in plans)
-    if all(p["strategy"] == "dp" for p in plans):
-        by_kind = {p["devices"][0]: p for p in own}
-        split = plan_mod.split_text([n for k in order[::2] for n in by_kind[k]["batch_split"]])
-        # each job's own gradient accumulation, or none (the mixed side's microbatch_split cleared)
-        counts = [m for k in order[::2]
-                  for m in by_kind[k].get("microbatch_split") or [1] * len(by_kind[k]["batch_split"])]
-        acc = plan_mod.split_text(counts) if max(counts) > 1 else ""
-        return f"parallel.jobs=2;parallel.batch_split={split};parallel.microbatch_split={acc}", None
-    sets = {tuple(plan_mod.overrides(p)) for p in own}
-    # the mixed side: pipelines of mixed stages, or (kinds) each kind its own pipeline replica in one
-    # launch (plan.overrides: batch_split and microbatch_split with pp, which the jobs side clears)
-    piped = mixed["strategy"] == "pp" or (mixed["strategy"] == "kinds" and not plan_mod.not_runnable(mixed))
-    if piped and all(p["strategy"] == "pp" for p in own) and len(sets) == 1 and all(
-            len(p["pp_split"]) == 2 and p.get("replicas", 1) == 1 for p in own):
-        clear = ["parallel.batch_split=", "parallel.microbatch_split="] if mixed["strategy"] == "kinds" else []
-        return ";".join(["parallel.jobs=2", *clear, *sets.pop()]), None
-    return "", "the plans are not all data parallel, nor each kind's one and the same 2-stage pipeline: " + \
-        ", ".join(_label(p) for p in plans)
 
 
 def _paired_error(pairs: list[tuple[float, float]]) -> float:
@@ -389,10 +363,3 @@ def _check(jobs: dict, steps: dict, paired: dict, kinds: dict, batch: int, memor
         "utilization_seed_measured": round(batch / med["mixed"] / bound, 4),
         "utilization_seed_predicted": mixed["predicted"].get("utilization_seed"),
         "planner_homogeneous": mixed.get("homogeneous")}
-
-
-def _label(p: dict) -> str:
-    from results.planner.labels import label
-    if p["strategy"] == "kinds":  # its label names each kind's job and share
-        return label(p)
-    return label(p) + (f" {p['pp_split']} M={p['microbatches']}" if p["strategy"] == "pp" else f" {p['batch_split']}")
