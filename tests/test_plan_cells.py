@@ -61,42 +61,42 @@ def _pp(order, split, m=12, replicas=1):
             "pp_split": split, "schedule": "1f1b", "microbatches": m, "replicas": replicas}
 
 
-def test_each_kinds_own_plans_run_at_once_as_one_jobs_side():
+def test_each_kinds_own_plans_run_at_once_as_onejobs_side():
     """seed_jobs.jobs_side: the `against` text that runs both kinds' own plans at once on the
     mixed plan's ranks (job j on ranks 2j, 2j+1), or why it can't. Pipelines: one section holds
     both jobs, so both kinds' plans must be one and the same 2-stage pipeline."""
-    from harness.bench.seed_jobs import jobs_side as _jobs_side
+    from harness.bench.seed_jobs import jobs_side
     from harness.config.run_config import RunConfig
     from harness.planning.plan import overrides, rank_kinds
     mixed = _pp(["b", "a"], [2, 4], replicas=2)  # stage 0 on the two b ranks, stage 1 on the a ranks
     own = [_pp(["a", "a"], [3, 3]), _pp(["b", "b"], [3, 3])]
-    against, why = _jobs_side(mixed, own, rank_kinds(mixed))
+    against, why = jobs_side(mixed, own, rank_kinds(mixed))
     assert why is None and against == "parallel.jobs=2;" + ";".join(overrides(own[0]))
     par = RunConfig(workload="lm", size="small", batch_size=24, ranks=4).with_overrides(
         [*overrides(mixed), *against.split(";")]).parallel
     assert (par.jobs, par.pp, par.pp_split, par.microbatches) == (2, 2, "3,3", 12)
     # the kinds' pipelines differ (microbatches): one parallel section can't hold both
-    _, why = _jobs_side(mixed, [own[0], _pp(["b", "b"], [3, 3], m=6)], rank_kinds(mixed))
+    _, why = jobs_side(mixed, [own[0], _pp(["b", "b"], [3, 3], m=6)], rank_kinds(mixed))
     assert why.startswith("the plans are not all data parallel, nor each kind's one and the same 2-stage")
     # one 4-stage pipeline, its ranks kind by kind (the planner's choice for the pipelines at batch 48,
     # planner_seed.AMORTIZED): job 0 on the two b ranks, job 1 on the a ranks, as the mixed plan holds them
     four = _pp(["b", "b", "a", "a"], [1, 1, 2, 2], m=24)
     assert rank_kinds(four) == ["b", "b", "a", "a"]
-    assert _jobs_side(four, own, rank_kinds(four)) == ("parallel.jobs=2;" + ";".join(overrides(own[0])), None)
+    assert jobs_side(four, own, rank_kinds(four)) == ("parallel.jobs=2;" + ";".join(overrides(own[0])), None)
     # a 4-stage pipeline whose ranks alternate kinds: no job holds two ranks of one kind
-    _, why = _jobs_side(_pp(["a", "b", "a", "b"], [1, 2, 1, 2]), own, ["a", "b", "a", "b"])
+    _, why = jobs_side(_pp(["a", "b", "a", "b"], [1, 2, 1, 2]), own, ["a", "b", "a", "b"])
     assert why == "the mixed plan's ranks are ['a', 'b', 'a', 'b']: not kind by kind in pairs, as the jobs hold them"
     # data parallel: the kinds' splits in the mixed plan's rank order
     dp = {"strategy": "dp", "devices": ["b", "b", "a", "a"], "batch_split": [4, 4, 8, 8]}
     own_dp = [{"strategy": "dp", "devices": ["a", "a"], "batch_split": [6, 6]},
               {"strategy": "dp", "devices": ["b", "b"], "batch_split": [5, 7]}]
-    assert _jobs_side(dp, own_dp, rank_kinds(dp)) == (
+    assert jobs_side(dp, own_dp, rank_kinds(dp)) == (
         "parallel.jobs=2;parallel.batch_split=5,7,6,6;parallel.microbatch_split=", None)
     # with gradient accumulation: each job's own counts (1 where a job does not accumulate), and the
     # mixed side's counts replaced, so the section the jobs side runs is valid
     dp_acc = {**dp, "microbatch_split": [1, 1, 2, 2]}
     own_acc = [{**own_dp[0], "microbatch_split": [2, 2]}, own_dp[1]]
-    against, why = _jobs_side(dp_acc, own_acc, rank_kinds(dp_acc))
+    against, why = jobs_side(dp_acc, own_acc, rank_kinds(dp_acc))
     assert why is None and against.endswith("batch_split=5,7,6,6;parallel.microbatch_split=1,1,2,2")
     par = RunConfig(workload="lm", size="small", batch_size=24, ranks=4).with_overrides(
         [*overrides(dp_acc), *against.split(";")]).parallel
@@ -144,14 +144,14 @@ def test_data_parallel_over_each_kinds_own_pipeline_is_one_launch(tmp_path):
 def test_the_seed_check_runs_a_kinds_plan_against_each_kinds_own_pipeline():
     """seed_jobs.jobs_side with a kinds plan of pipelines: each kind's own pipeline as the jobs
     side, the mixed side's unequal-replica keys cleared."""
-    from harness.bench.seed_jobs import jobs_side as _jobs_side
+    from harness.bench.seed_jobs import jobs_side
     from harness.config.run_config import RunConfig
     from harness.planning.plan import overrides, rank_kinds
     own = [_pp(["a", "a"], [3, 3]), _pp(["b", "b"], [3, 3])]
     job = {"strategy": "pp", "schedule": "1f1b", "replicas": 1, "pp_split": [3, 3]}
     kinds = {"strategy": "kinds", "devices": ["a", "a", "b", "b"], "jobs": {
         "a": {**job, "global_batch": 17, "microbatches": 17}, "b": {**job, "global_batch": 7, "microbatches": 7}}}
-    against, why = _jobs_side(kinds, own, rank_kinds(kinds))
+    against, why = jobs_side(kinds, own, rank_kinds(kinds))
     assert why is None
     base = RunConfig(workload="lm", size="small", batch_size=24, ranks=4).with_overrides(overrides(kinds))
     assert (base.parallel.shares(), base.parallel.replica_microbatches()) == ([17, 7], [17, 7])

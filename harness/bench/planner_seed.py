@@ -50,8 +50,7 @@ from pathlib import Path
 from harness.bench import seed_profiles
 from harness.bench.launch import run_harness
 from harness.bench.planner_jobs import SIZE, dataset, plan, predict, run_lm, stage_compute_over_priced
-from harness.bench.seed_jobs import jobs_side
-from harness.bench.seed_jobs import label as _label
+from harness.bench.seed_jobs import jobs_side, label
 from harness.bench.seed_inputs import calibrated_inventory, calibration_from, keep_inputs, profiled
 from harness.parallel import cpu_quota as rank_cpu
 from harness.planning import plan as plan_mod
@@ -238,7 +237,7 @@ def _choice(env: dict, tmp: Path, data_dir: Path, cpu: float, chosen: dict, dp: 
     predicted = pp["predicted"]["step_s"] / dp["predicted"]["step_s"]
     lo, hi = got["ci95"]
     wrong = (predicted > 1 and hi < 1) or (predicted < 1 and lo > 1)
-    return {"chosen": _label(chosen), "dp": _label(dp), "pp": _label(pp),
+    return {"chosen": label(chosen), "dp": label(dp), "pp": label(pp),
             "predicted_dp_over_pp": round(predicted, 4), "measured_dp_over_pp": round(got["speedup"], 4),
             "ci95": [round(lo, 4), round(hi, 4)], "error": round(predicted / got["speedup"] - 1, 4),
             "per_process": got["per_process"], "process_tau": got["process_tau"], "agrees": not wrong}
@@ -321,7 +320,7 @@ def _seed_interleaved(env: dict, tmp: Path, data_dir: Path, kinds: dict[str, flo
     # the mixed job's one a block pair (the blocks' config column), each kind's own job's from its side
     kept = {"mixed": [round(b[3], 4) for r in got["records"] for b in r["summary"]["ab"]["blocks"]],
             **{k: [round(x, 4) for s in steady[j::2] for x in s] for j, k in enumerate(order[::2])}}
-    return {"mixed": _label(mixed), "jobs": [_label(p) for p in own], "measured": round(got["speedup"], 4),
+    return {"mixed": label(mixed), "jobs": [label(p) for p in own], "measured": round(got["speedup"], 4),
             "ci95": [round(x, 4) for x in got["ci95"]], "predicted": round(predicted, 4),
             "error": round(predicted / got["speedup"] - 1, 4), "per_process": got["per_process"],
             "process_tau": got["process_tau"],
@@ -347,8 +346,8 @@ def _check(jobs: dict, steps: dict, paired: dict, kinds: dict, batch: int, memor
     med = {n: statistics.median(v) for n, v in steps.items()}
     bound = sum((batch // 2) / med[k] for k in kinds)
     return {
-        "memory_gb": round(memory_gb, 4), "mixed_plan": _label(mixed), "mixed_steps_s": steps["mixed"],
-        "homogeneous": {k: {"plan": _label(jobs[k][0]), "steps_s": steps[k],
+        "memory_gb": round(memory_gb, 4), "mixed_plan": label(mixed), "mixed_steps_s": steps["mixed"],
+        "homogeneous": {k: {"plan": label(jobs[k][0]), "steps_s": steps[k],
                             "predicted_step_s": round(jobs[k][0]["predicted"]["step_s"], 4),
                             "predicted_by_round_s": [round(p, 4) for p, _ in paired[k]],
                             "error": _paired_error(paired[k]),
